@@ -1,0 +1,205 @@
+"""Kernel benchmarks: every kernel beside its numpy twin, packing throughput, padding.
+
+    python -m pytest benchmarks/bench_kernels.py --benchmark-only   # pytest-benchmark tables
+    python benchmarks/bench_kernels.py                                # quick tokens/s summary
+
+Packing data: pre-tokenized ragged documents with log-normal lengths (mean about 500 tokens,
+clipped to max_length 2049), int32 ids. Throughput counts input tokens per second of
+``Packer.push`` + ``build_rows`` (+ ``flush``) on one core.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from zephon._ext import compiled, fallback
+
+MAX_LEN = 2049
+NUM_BINS = 64
+IMPLS = ["cython", "numpy"]
+
+
+def corpus(n_docs: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    lengths = np.clip(rng.lognormal(np.log(500) - 0.5, 1.0, n_docs), 1, MAX_LEN).astype(np.int64)
+    offsets = np.zeros(n_docs + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    values = rng.integers(3, 50_000, int(offsets[-1]), dtype=np.int32)
+    return offsets, values
+
+
+def use(impl: str, name: str):
+    mod = compiled(name) if impl == "cython" else fallback(name)
+    if mod is None:
+        pytest.skip(f"{name} extension not built")
+    return mod
+
+
+def pack_and_build(offsets, values, algorithm: str, impl: str, block: int = 1024) -> dict:
+    """Stream the corpus through a Packer and build every row; returns counts."""
+    import os
+
+    from zephon.tokens import Packer, build_rows
+
+    os.environ["ZEPHON_DISABLE_EXT"] = "1" if impl == "numpy" else "0"
+    try:
+        kw = {"num_bins": NUM_BINS} if algorithm in ("first_fit", "best_fit") else {}
+        packer = Packer(MAX_LEN, algorithm, **kw)
+        lengths = np.diff(offsets)
+        ids = np.arange(len(lengths), dtype=np.int64)
+        rows = pad = 0
+        for a in range(0, len(lengths) + 1, block):
+            bins = packer.push(lengths[a:a + block], ids[a:a + block]) if a < len(lengths) \
+                else packer.flush()
+            packed = build_rows(bins, offsets, values, 0, MAX_LEN)
+            rows += len(packed.tokens)
+            pad += int(packed.padding_length.sum())
+        return {"rows": rows, "padding_fraction": pad / max(rows * MAX_LEN, 1)}
+    finally:
+        os.environ.pop("ZEPHON_DISABLE_EXT", None)
+
+
+# ---- pytest-benchmark -----------------------------------------------------------------------------
+@pytest.mark.parametrize("algorithm", ["best_fit", "first_fit", "wrap", "best_fit_wrap"])
+@pytest.mark.parametrize("impl", IMPLS)
+def test_pack_and_build_rows_throughput(benchmark, impl, algorithm):
+    use(impl, "packing")
+    offsets, values = corpus(20_000 if impl == "cython" else 1_500)
+    info = benchmark.pedantic(pack_and_build, (offsets, values, algorithm, impl), rounds=3,
+                              iterations=1)
+    benchmark.extra_info.update(info)
+    benchmark.extra_info["tokens_per_s"] = int(offsets[-1] / benchmark.stats.stats.min)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_pack_rows_kernel(benchmark, impl):
+    mod = use(impl, "ragged")
+    offsets, values = corpus(20_000)
+    lengths = np.diff(offsets)
+    rows = len(lengths) // 4
+    seg_off = np.arange(0, 4 * rows + 1, 4, dtype=np.int64)
+    width = int(np.add.reduceat(lengths[: 4 * rows], seg_off[:-1]).max())
+    out = np.empty((rows, width), np.int32)
+    pos = np.empty((rows, width), np.int32)
+    benchmark(mod.pack_rows, values, offsets[:-1], lengths, seg_off, 0, out, pos)
+    benchmark.extra_info["tokens_per_s"] = int(out.size / benchmark.stats.stats.min)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("fn", ["take_ragged", "gather_segments", "concat_ragged"])
+def test_ragged_kernels(benchmark, impl, fn):
+    mod = use(impl, "ragged")
+    offsets, values = corpus(20_000)
+    idx = np.random.default_rng(1).permutation(len(offsets) - 1)
+    if fn == "take_ragged":
+        benchmark(mod.take_ragged, offsets, values, idx)
+    elif fn == "concat_ragged":
+        half = len(offsets) // 2
+        benchmark(mod.concat_ragged, [offsets[:half + 1], offsets[half:]], [values, values])
+    else:
+        lengths = np.minimum(np.diff(offsets), 512)
+        out = np.zeros((len(lengths), 512), np.int32)
+        zeros = np.zeros(len(lengths), np.int64)
+        benchmark(mod.gather_segments, values, offsets[:-1], lengths,
+                  np.arange(len(lengths)), zeros, out)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("algorithm", [0, 1, 2, 3])
+def test_pack_core_kernel(benchmark, impl, algorithm):
+    mod = use(impl, "packing")
+    offsets, _ = corpus(20_000 if impl == "cython" else 1_500)
+    lengths = np.diff(offsets)
+    ids = np.arange(len(lengths), dtype=np.int64)
+
+    def go():
+        core = mod.PackCore(algorithm, MAX_LEN, NUM_BINS if algorithm < 2 else 1, 1, 0, False,
+                            algorithm < 2, 1024, 8192)
+        core.push(lengths, ids)
+        core.flush()
+
+    benchmark(go)
+    benchmark.extra_info["tokens_per_s"] = int(offsets[-1] / benchmark.stats.stats.min)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("mode", [0, 1])
+def test_shuffle_kernel(benchmark, impl, mode):
+    mod = use(impl, "shuffle")
+    n = 200_000 if impl == "cython" else 20_000
+    keys = mod.record_keys(np.zeros(n), np.zeros(n), np.arange(n))
+
+    def go():
+        core = mod.ShuffleCore(mode, 8192, 1, 0, 1.5)
+        core.push(keys)
+        core.flush()
+
+    benchmark(go)
+    benchmark.extra_info["records_per_s"] = int(n / benchmark.stats.stats.min)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_mix_kernel(benchmark, impl):
+    mod = use(impl, "shuffle")
+    n = 200_000 if impl == "cython" else 20_000
+    rng = np.random.default_rng(2)
+    comps = rng.choice(3, n, p=[0.5, 0.3, 0.2]).astype(np.int64)
+    weights = rng.integers(1, 2000, n).astype(np.int64)
+    shares = np.array([1 << 19, 1 << 18, 1 << 18], np.int64)
+
+    def go():
+        core = mod.MixCore(shares, 1000, 800, 0)
+        core.push(comps, weights, np.arange(n, dtype=np.int64))
+        core.flush()
+
+    benchmark(go)
+    benchmark.extra_info["records_per_s"] = int(n / benchmark.stats.stats.min)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_record_keys_kernel(benchmark, impl):
+    mod = use(impl, "shuffle")
+    n = 1_000_000
+    cols = (np.zeros(n, np.int64), np.arange(n) % 7, np.arange(n), np.zeros((n, 2), np.int64))
+    benchmark(mod.record_keys, *cols)
+
+
+def test_padding_fraction_best_fit_vs_first_fit(benchmark):
+    offsets, values = corpus(20_000)
+    fractions = {a: pack_and_build(offsets, values, a, "cython")["padding_fraction"]
+                 for a in ("first_fit", "best_fit", "best_fit_wrap")}
+    benchmark.extra_info.update(fractions)
+    benchmark.pedantic(lambda: None, rounds=1)
+    assert fractions["best_fit"] <= fractions["first_fit"]
+
+
+# ---- quick summary without pytest-benchmark ----------------------------------------------------
+def _best_of(fn, repeat: int = 3) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def main() -> None:
+    print(f"pack + build_rows, max_length={MAX_LEN}, num_bins={NUM_BINS} (ff/bf), one core")
+    for impl, n_docs in (("cython", 40_000), ("numpy", 2_000)):
+        if impl == "cython" and compiled("packing") is None:
+            print("  cython: extension not built")
+            continue
+        offsets, values = corpus(n_docs)
+        for algorithm in ("best_fit", "first_fit", "wrap", "best_fit_wrap"):
+            info: dict = {}
+            args = (offsets, values, algorithm, impl)
+            dt = _best_of(lambda a=args, i=info: i.update(pack_and_build(*a)))
+            print(f"  {impl:6s} {algorithm:14s} {offsets[-1] / dt / 1e6:9.1f} M tokens/s   "
+                  f"padding {100 * info['padding_fraction']:5.2f}%   ({n_docs} docs)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""Shared fixtures: generated corpora and a small BPE tokenizer (nothing is downloaded)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from zephon import synthetic
+
+
+@pytest.fixture(scope="session")
+def corpus_dir(tmp_path_factory):
+    """Two JSONL datasets, code (600 docs, 3 shards) and web (1800 docs, 5 shards)."""
+    root = tmp_path_factory.mktemp("corpus")
+    synthetic.write_dataset(root, "code", 600, n_shards=3, fmt="jsonl", seed=1, mean_words=60)
+    synthetic.write_dataset(root, "web", 1800, n_shards=5, fmt="jsonl", seed=2, mean_words=60)
+    return root
+
+
+@pytest.fixture(scope="session")
+def parquet_corpus_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pq_corpus")
+    synthetic.write_dataset(root, "code", 600, n_shards=3, fmt="parquet", seed=1, mean_words=60)
+    synthetic.write_dataset(root, "web", 1800, n_shards=5, fmt="parquet", seed=2, mean_words=60)
+    return root
+
+
+@pytest.fixture(scope="session")
+def tokenizer_path(tmp_path_factory):
+    """A 1k-vocabulary byte-level BPE trained on generated text: <pad>=0, <s>=1, </s>=2."""
+    pytest.importorskip("tokenizers")
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    synthetic.train_tokenizer(synthetic.documents(400, seed=9, mean_words=80), 1024, path)
+    return str(path)
+
+
+@pytest.fixture
+def no_ext(monkeypatch):
+    """Force the numpy twins of every kernel."""
+    monkeypatch.setenv("ZEPHON_DISABLE_EXT", "1")
+    yield
+
+
+def shm_entries() -> set[str]:
+    try:
+        return {n for n in os.listdir("/dev/shm") if "zephon" in n.lower()}
+    except FileNotFoundError:
+        return set()

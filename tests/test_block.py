@@ -1,0 +1,63 @@
+"""The columnar block: take/slice/concat keep meta and payload aligned; absent keys stay absent."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from zephon.block import Block, NotColumnar, list_array, ragged_column
+from zephon.types import SampleBatch, block_from_records, records_from_block
+
+
+def _block(n, start=0):
+    b = Block.from_pointers(np.zeros(n), np.ones(n), np.arange(start, start + n), lane_id=0,
+                            chunk_id=3, chunk_offset=np.arange(n))
+    return b.with_payloads([{"text": f"doc{i}", "n": i} for i in range(start, start + n)])
+
+
+def test_take_slice_concat_keep_rows_aligned():
+    b = Block.concat([_block(5), _block(4, 5)])
+    assert len(b) == 9 and b.columnar
+    t = b.take(np.array([8, 0, 3]))
+    assert t.ids() == [(0, 1, 8), (0, 1, 0), (0, 1, 3)]
+    assert [p["n"] for p in t.payload_list()] == [8, 0, 3]
+    s = b.slice(2, 4)
+    assert [p["text"] for p in s.payload_list()] == ["doc2", "doc3"]
+
+
+def test_absent_keys_are_not_filled_with_none():
+    b = Block.from_pointers([0, 1], [0, 0], [0, 0], lane_id=0, chunk_id=0, chunk_offset=[0, 1])
+    b = b.with_payloads([{"text": "a", "lang": "py"}, {"text": "b", "url": "x", "lang": None}])
+    assert b.columnar
+    assert b.payload_list() == [{"text": "a", "lang": "py"}, {"text": "b", "url": "x", "lang": None}]
+
+
+def test_non_columnar_payloads_fall_back_to_objects():
+    with pytest.raises(NotColumnar):
+        Block.table_from_payloads(["a string", 3])
+    b = Block.from_pointers([0, 0], [0, 0], [0, 1], lane_id=0, chunk_id=0, chunk_offset=[0, 1])
+    b = b.with_payloads(["a string", {"k": 1}])
+    assert not b.columnar and b.payload_list() == ["a string", {"k": 1}]
+
+
+def test_ragged_roundtrip_zero_copy_offsets():
+    offsets = np.array([0, 3, 3, 7], dtype=np.int64)
+    values = np.arange(7, dtype=np.int32)
+    table = pa.table({"input_ids": list_array(offsets, values)})
+    off, val = ragged_column(table.slice(1, 2), "input_ids")
+    assert off.tolist() == [0, 0, 4] and val.tolist() == [3, 4, 5, 6]
+
+
+def test_records_roundtrip_through_block():
+    b = _block(3)
+    recs = records_from_block(b)
+    assert recs[1].meta.sample_id == (0, 1, 1) and recs[1].meta.chunk_id == 3
+    assert recs[1].payload == {"text": "doc1", "n": 1}
+    back = block_from_records(recs)
+    assert back.ids() == b.ids() and back.payload_list() == b.payload_list()
+    batch = SampleBatch(recs)
+    assert len(batch) == 3 and batch.ids == b.ids() and batch.lane_ids == [0, 0, 0]
+
+
+def test_returning_bare_dicts_is_refused_with_a_hint():
+    with pytest.raises(TypeError, match="SampleRecord"):
+        block_from_records([{"text": "x"}])

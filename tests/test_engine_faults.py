@@ -1,0 +1,156 @@
+"""Faults: dead workers are replaced without changing the stream; errors reach the training
+loop with their operator, record and original traceback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import engine_fakes as F
+import psutil
+import pytest
+from conftest import shm_entries
+
+from zephon import Pipeline
+from zephon.engine import wire
+from zephon.engine.lane_plan import LanePlan
+from zephon.engine.plan import compile_plan
+from zephon.engine.process import ProcessEngine
+from zephon.engine.worker import WorkerCrashedError
+from zephon.ops.base import BaseOp, OpTraits
+from zephon.ops.errors import ZephonError
+from zephon.ops.fetch import FetchOp
+from zephon.ops.map_transform import UserFunctionError
+from zephon.options import RuntimeOptions
+
+
+def ids(units) -> list:
+    return [tuple(u.ids) for u in units]
+
+
+def pipeline(fn, records=600, **opts) -> Pipeline:
+    return (Pipeline(F.make_source(records=records, datasets=1, shards=1, chunk=40, seed=0))
+            .map_transform(fn).batch(10).options(micro_batch_size=20, **opts))
+
+
+def test_worker_killed_mid_block_is_replaced_and_stream_unchanged(tmp_path):
+    marker = str(tmp_path / "killed")
+    want = ids(pipeline(F.add_length, num_workers=0))
+    got = ids(pipeline(F.KillOnce(marker, at=333), num_workers=2))
+    assert os.path.exists(marker)  # a worker really died on record 333
+    assert got == want
+
+
+def test_worker_killed_from_outside_is_replaced():
+    want = ids(pipeline(F.SlowDown(0.001), records=1200, num_workers=0))
+    p = pipeline(F.SlowDown(0.001), records=1200, num_workers=2)
+    it = iter(p)
+    got = [tuple(next(it).ids)]
+    engine = p._runtime.engine
+    coordinator = psutil.Process(engine.pids()[0])
+    victim = coordinator.children()[0]
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(5)
+    got += ids(it)
+    assert got == want
+    assert victim.pid not in engine.pids()
+
+
+def test_a_block_that_keeps_killing_workers_ends_the_run():
+    p = pipeline(F.KillAlways(at=95), num_workers=2, max_worker_retries=1)
+    got = []
+    with pytest.raises(WorkerCrashedError, match=r"SIGKILL.*\(0, 0, 80\)") as info:
+        for b in p:
+            got.append(tuple(b.ids))
+    assert len(got) == 8  # everything before the bad micro-batch (records 80..99) arrived
+    assert "max_worker_retries=1" in str(info.value)
+
+
+@pytest.mark.parametrize("runner", ["process", "threads"])
+def test_exception_at_record_57_reaches_the_loop(runner):
+    got, inline, errors = [], [], []
+    for out, opts in ((got, dict(num_workers=2, runner=runner)), (inline, dict(num_workers=0))):
+        with pytest.raises(UserFunctionError) as info:
+            for b in pipeline(F.boom_at_57, **opts):
+                out.append(tuple(b.ids))
+        errors.append(info.value)
+    e = errors[0]
+    assert e.op_name == "map_transform[boom_at_57]" and e.sample_id == (0, 0, 57)
+    assert "(0, 0, 57)" in str(e) and "cannot handle record 57" in str(e)
+    assert got == inline and len(got) == 4  # what precedes record 57's micro-batch arrived
+    if runner == "process":
+        remote = e.__cause__
+        assert isinstance(remote, wire.RemoteTraceback)
+        assert 'in boom_at_57\n    raise ValueError' in remote.text
+    else:  # same process: the original traceback object itself
+        assert any(f.co_name == "boom_at_57" for f in _frames(e.__cause__.__traceback__))
+
+
+def _frames(tb):
+    while tb is not None:
+        yield tb.tb_frame.f_code
+        tb = tb.tb_next
+
+
+def test_exception_in_the_serial_stage_reaches_the_loop():
+    p = (Pipeline(F.make_source(records=300, datasets=1, shards=1, chunk=40, seed=0))
+         .batch(10).map_batch(F.fail_on_third_batch).options(num_workers=2, micro_batch_size=20))
+    got = []
+    with pytest.raises(UserFunctionError, match="third batch") as info:
+        for b in p:
+            got.append(b)
+    assert len(got) == 2
+    assert "fail_on_third_batch" in info.value.__cause__.text
+
+
+class _BadSetup(BaseOp):
+    name = "bad_setup"
+
+    def traits(self) -> OpTraits:
+        return OpTraits(preserves_cursor_order=True)
+
+    def process_many(self, elems: list) -> list:
+        return elems
+
+    def setup(self, ctx) -> None:
+        raise RuntimeError(f"no tokenizer in worker {ctx.get('worker_id')}")
+
+
+def test_operator_setup_failure_reaches_the_loop():
+    ws = F.make_source(records=100)
+    ops = [FetchOp([ws.datasets_by_id[0], ws.datasets_by_id[1]]), _BadSetup()]
+    lane_plan = LanePlan(compile_plan(ops), ws, (0,), 1, 20)
+    engine = ProcessEngine(lane_plan, 2, RuntimeOptions())
+    try:
+        with pytest.raises(RuntimeError, match="no tokenizer in worker"):
+            list(engine)
+    finally:
+        engine.close()
+
+
+def test_coordinator_killed_is_reported_and_cleaned_up():
+    p = pipeline(F.SlowDown(0.001), records=1200, num_workers=2)
+    it = iter(p)
+    next(it)
+    engine = p._runtime.engine
+    prefix, pids = engine.config.prefix, engine.pids()
+    os.kill(pids[0], signal.SIGKILL)
+    t0 = time.monotonic()
+    with pytest.raises(ZephonError, match="coordinator process ended unexpectedly.*SIGKILL"):
+        for _ in it:
+            pass
+    assert time.monotonic() - t0 < 5
+    _wait_gone(pids)
+    assert not {n for n in shm_entries() if n.startswith(prefix)}
+
+
+def _wait_gone(pids, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = [p for p in pids if psutil.pid_exists(p)
+                and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        if not left:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"processes still running: {left}")

@@ -1,0 +1,160 @@
+"""The multiprocess engine yields the inline stream: any worker count, queue depth or runner."""
+
+from __future__ import annotations
+
+import mmap
+import multiprocessing
+import warnings
+
+import engine_fakes as F
+import numpy as np
+import pytest
+
+from zephon import Pipeline
+from zephon.engine.coordinator import EngineConfig
+from zephon.options import RuntimeOptions
+from zephon.types import SampleBatch
+
+
+def build(records: bool = False, **opts) -> Pipeline:
+    p = (Pipeline(F.make_source(records=600, chunk=50, seed=5))
+         .map_transform(F.add_length).map_transform(F.drop_sevens))
+    if not records:
+        p = p.batch(7)
+    return p.options(canonical_replicas=2, micro_batch_size=25, **opts)
+
+
+def signature(unit) -> tuple:
+    if isinstance(unit, SampleBatch):
+        b = unit.block
+        return ("batch", tuple(unit.ids), tuple(unit.lane_ids), tuple(unit.lineage_paths),
+                tuple(b.meta["chunk_offset"].tolist()), repr(b.payload_list()))
+    m = unit.meta
+    return ("record", m.sample_id, m.lane_id, m.chunk_id, m.chunk_offset, m.lineage,
+            repr(unit.payload))
+
+
+_reference: dict[bool, list] = {}
+
+
+def reference(records: bool = False) -> list:
+    if records not in _reference:
+        _reference[records] = [signature(u) for u in build(records, num_workers=0)]
+    return _reference[records]
+
+
+CASES = {
+    "process-1": dict(num_workers=1),
+    "process-2": dict(num_workers=2),
+    "process-3": dict(num_workers=3),
+    # one slot per worker, one output slot, 4 KiB slots: every block grows its slot
+    "process-2-tiny-queues": dict(num_workers=2, shm_slots=1, prefetch_batches=1,
+                                  shm_slot_bytes=4096),
+    "process-3-deep-queues": dict(num_workers=3, shm_slots=8, prefetch_batches=32),
+    "process-2-spawn": dict(num_workers=2, start_method="spawn"),
+    "threads-2": dict(num_workers=2, runner="threads"),
+    "threads-3-tiny-queues": dict(num_workers=3, runner="threads", shm_slots=1),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_batches_identical_to_inline(case):
+    got = [signature(u) for u in build(**CASES[case])]
+    assert len(got) > 40
+    assert got == reference()
+
+
+@pytest.mark.parametrize("case", ["process-2", "process-2-tiny-queues", "threads-2"])
+def test_records_identical_to_inline(case):
+    got = [signature(u) for u in build(records=True, **CASES[case])]
+    assert len(got) > 400
+    assert got == reference(records=True)
+
+
+def test_checkpoints_identical_to_inline():
+    inline, proc = build(num_workers=0), build(num_workers=2, prefetch_batches=3)
+    a_it, b_it = iter(inline), iter(proc)
+    for k, a in enumerate(a_it):
+        assert signature(a) == signature(next(b_it))
+        if k % 9 == 4:  # the lane states shipped with each unit are the delivered position
+            assert proc.checkpoint() == inline.checkpoint()
+    assert next(b_it, None) is None
+    assert proc.checkpoint() == inline.checkpoint()  # lanes' final states too
+
+
+def test_batches_are_views_of_shared_memory():
+    p = build(num_workers=2)
+    seen = 0
+    for batch in p:
+        arr = batch.block.meta["sample_idx"]
+        root = arr.base
+        assert isinstance(root.base, memoryview) and isinstance(root.base.obj, mmap.mmap)
+        lo, hi = root.ctypes.data, root.ctypes.data + root.nbytes
+        col = batch.block.payload.column("score").chunk(0)
+        assert lo <= col.buffers()[1].address < hi
+        assert np.shares_memory(col.to_numpy(), root)
+        seen += 1
+    assert seen > 40
+    torch = pytest.importorskip("torch")
+    t = torch.from_numpy(arr)
+    assert t.data_ptr() == arr.ctypes.data  # still valid after the engine closed
+
+
+def test_kept_batches_stay_intact_with_a_tiny_ring():
+    # the user keeps every batch: held slots are capped, later frames are copied, no deadlock
+    kept = list(build(num_workers=2, prefetch_batches=2))
+    assert [signature(b) for b in kept] == reference()
+
+
+def test_completion_order_keeps_the_records():
+    got = [signature(u) for u in build(records=True, num_workers=3, deterministic=False)]
+    assert sorted(got) == sorted(reference(records=True))
+
+
+def test_several_pipelines_at_once():
+    a = build(num_workers=2)
+    b = build(records=True, num_workers=1)
+    ia, ib = iter(a), iter(b)
+    got_a, got_b = [], []
+    for x, y in zip(ia, ib):
+        got_a.append(signature(x))
+        got_b.append(signature(y))
+    got_a += [signature(x) for x in ia]
+    got_b += [signature(y) for y in ib]
+    assert got_a == reference() and got_b == reference(records=True)
+
+
+def test_daemonic_process_falls_back_to_inline():
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    proc = ctx.Process(target=F.run_in_daemon, args=(q,), daemon=True)
+    proc.start()
+    warned, runner, n = q.get(timeout=60)
+    proc.join(10)
+    assert warned and runner == "inline" and n == len(reference())
+
+
+def test_environment_and_options_precedence(monkeypatch):
+    for var, value in {"ZEPHON_SHM_SLOTS": "3", "ZEPHON_SHM_SLOT_BYTES": "1MB",
+                       "ZEPHON_PREFETCH_BATCHES": "5", "ZEPHON_START_METHOD": "spawn",
+                       "ZEPHON_LOG_LEVEL": "debug"}.items():
+        monkeypatch.setenv(var, value)
+    cfg = EngineConfig.from_options(RuntimeOptions(), 2)
+    assert (cfg.slots, cfg.slot_bytes, cfg.prefetch) == (3, 1 << 20, 5)
+    assert (cfg.start_method, cfg.log_level, cfg.window) == ("spawn", "DEBUG", 6)
+    opts = RuntimeOptions()
+    opts.update(shm_slots=2, start_method="forkserver", deterministic=False)
+    cfg = EngineConfig.from_options(opts, 2)
+    assert (cfg.slots, cfg.start_method, cfg.deterministic) == (2, "forkserver", False)
+    opts.update(start_method="fork")
+    with pytest.warns(RuntimeWarning, match="unsafe"):
+        assert EngineConfig.from_options(opts, 1).start_method == "forkserver"
+    opts.update(start_method="threads")
+    with pytest.raises(ValueError, match="start_method"):
+        EngineConfig.from_options(opts, 1)
+    opts.update(start_method=None, shm_slots=0)
+    with pytest.raises(ValueError, match="slots"):
+        EngineConfig.from_options(opts, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        EngineConfig.from_options(RuntimeOptions(), 1)

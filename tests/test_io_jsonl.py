@@ -1,0 +1,282 @@
+"""JSONL datasets: line-indexed random access, compression, absent keys, precise errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from io_helpers import jsonl_bytes, jsonl_dataset, records, write_jsonl
+
+from zephon.io import (
+    DataError,
+    Dataset,
+    NotColumnar,
+    ShardMissingError,
+    payloads_from_table,
+    sparse_columns,
+)
+from zephon.io import lines as lines_mod
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.mark.parametrize("compression", [None, "gzip", "zstd"])
+def test_reads_rows_in_requested_order_with_repeats(tmp_path, compression):
+    shards = jsonl_dataset(tmp_path / "d", shards=3, rows=40, compression=compression)
+    ds = Dataset.from_path("web", tmp_path / "d")
+    assert ds.fmt == "jsonl"
+    assert ds.ids().tolist() == [0, 1, 2] and ds.counts().tolist() == [40, 40, 40]
+    assert ds.total() == len(ds) == 120 and ds.max_count() == 40
+    rows = np.array([39, 0, 7, 7, 21, 0], dtype=np.int64)
+    for sid in range(3):
+        expected = [shards[sid][i] for i in rows]
+        assert ds.read_table(sid, rows).to_pylist() == expected
+        assert ds.read_payloads(sid, rows) == expected
+        seq = np.arange(10, 30)
+        assert ds.read_table(sid, seq).to_pylist() == shards[sid][10:30]
+
+
+def test_catalog_arrays_are_read_only(tmp_path):
+    jsonl_dataset(tmp_path / "d", shards=2)
+    ds = Dataset.from_path("web", tmp_path / "d")
+    for arr in (ds.ids(), ds.counts(), ds.raw_bytes()):
+        assert arr.dtype == np.int64
+        with pytest.raises(ValueError):
+            arr[0] = 5
+
+
+def test_compressed_shard_is_decoded_once_into_cache(tmp_path, cache_dir, monkeypatch):
+    jsonl_dataset(tmp_path / "d", shards=2, rows=30, compression="gzip")
+    ds = Dataset.from_path("web", tmp_path / "d")
+    decoded = sorted(p.name for p in (cache_dir / "shards").iterdir())
+    assert len(decoded) == 2 and all(n.endswith(".jsonl") for n in decoded)
+    assert ds.raw_bytes().tolist() == [len(jsonl_bytes(records(30, s * 1000))) for s in range(2)]
+    scans = []
+    real = lines_mod.scan_stream
+    monkeypatch.setattr(lines_mod, "scan_stream", lambda *a, **k: scans.append(1) or real(*a, **k))
+    again = Dataset.from_path("web", tmp_path / "d")  # a second discovery: nothing rescanned
+    for sid in again.ids():
+        again.read_table(sid, np.arange(30))
+    assert scans == []
+
+
+def test_line_index_built_once_per_shard(tmp_path, monkeypatch):
+    jsonl_dataset(tmp_path / "d", shards=1, rows=50)
+    ds = Dataset.from_path("web", tmp_path / "d")
+    calls = []
+    real = lines_mod.scan_stream
+    monkeypatch.setattr(lines_mod, "scan_stream", lambda *a, **k: calls.append(1) or real(*a, **k))
+    fresh = Dataset.from_path("web", tmp_path / "d")  # index persisted by the first discovery
+    for i in range(20):
+        fresh.read_table(0, [i, 49 - i])
+    ds.read_payloads(0, [3])
+    assert calls == []
+
+
+def test_blank_lines_and_crlf(tmp_path):
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "a.jsonl").write_bytes(b'\n  \n{"a": 1}\r\n\n{"a": 2}\r\n   \n{"a": 3}')
+    ds = Dataset.from_path("x", d)
+    assert ds.counts().tolist() == [3]
+    assert ds.read_table(0, [2, 0, 1]).to_pylist() == [{"a": 3}, {"a": 1}, {"a": 2}]
+    assert ds.read_payloads(0, [1]) == [{"a": 2}]
+
+
+def test_absent_keys_are_marked_sparse_and_dropped(tmp_path):
+    recs = [{"id": 0, "lang": "en"}, {"id": 1}, {"id": 2, "lang": None, "x": 1}]
+    write_jsonl(tmp_path / "d" / "a.jsonl", recs)
+    ds = Dataset.from_path("x", tmp_path / "d")
+    t = ds.read_table(0, [0, 1])
+    assert sparse_columns(t) == {"lang"}
+    assert payloads_from_table(t) == recs[:2]
+    # explicit null only: not sparse, the null stays
+    t = ds.read_table(0, [2])
+    assert sparse_columns(t) == frozenset()
+    assert payloads_from_table(t) == [recs[2]]
+    # absent and explicit null in one column: Arrow cannot say which, so no table
+    with pytest.raises(NotColumnar):
+        ds.read_table(0, [1, 2])
+    assert ds.read_payloads(0, [1, 2]) == [recs[1], recs[2]]
+
+
+def test_nested_absent_keys_refuse_the_table(tmp_path):
+    recs = [{"messages": [{"role": "user", "content": "hi"},
+                          {"role": "assistant", "content": "yo", "tool": "calc"}]},
+            {"messages": [{"role": "user", "content": "a", "tool": None}]}]
+    write_jsonl(tmp_path / "d" / "a.jsonl", recs)
+    ds = Dataset.from_path("x", tmp_path / "d")
+    with pytest.raises(NotColumnar):
+        ds.read_table(0, [0])
+    assert payloads_from_table(ds.read_table(0, [1])) == [recs[1]]  # explicit nested null
+    assert ds.read_payloads(0, [0, 1]) == recs
+
+
+def test_heterogeneous_types_fall_back_to_exact_payloads(tmp_path):
+    recs = [{"v": 1}, {"v": "one"}, {"v": [1]}]
+    write_jsonl(tmp_path / "d" / "a.jsonl", recs)
+    ds = Dataset.from_path("x", tmp_path / "d")
+    with pytest.raises(NotColumnar):
+        ds.read_table(0, [0, 1])
+    assert ds.read_table(0, [0]).to_pylist() == [{"v": 1}]  # a homogeneous read still works
+    assert ds.read_payloads(0, [2, 1, 0]) == recs[::-1]
+
+
+def test_iso_dates_stay_strings(tmp_path):
+    recs = [{"t": "2020-01-01", "n": {"when": "2021-02-03T04:05:06"}}]
+    write_jsonl(tmp_path / "d" / "a.jsonl", recs)
+    t = Dataset.from_path("x", tmp_path / "d").read_table(0, [0])
+    assert t.to_pylist() == recs
+    assert t.schema.field("t").type == pa.string()
+
+
+def test_columns_projection(tmp_path):
+    jsonl_dataset(tmp_path / "d", shards=1, rows=5)
+    t = Dataset.from_path("x", tmp_path / "d").read_table(0, [1, 2], columns=["text", "nope"])
+    assert t.column_names == ["text"]
+
+
+def test_empty_rows_and_out_of_range(tmp_path):
+    jsonl_dataset(tmp_path / "d", shards=1, rows=5)
+    ds = Dataset.from_path("x", tmp_path / "d")
+    assert ds.read_table(0, np.zeros(0, np.int64)).num_rows == 0
+    assert ds.read_payloads(0, []) == []
+    with pytest.raises(IndexError, match="row index 5"):
+        ds.read_table(0, [5])
+    with pytest.raises(KeyError, match="no shard 9"):
+        ds.read_table(9, [0])
+
+
+def _bad_shard(tmp_path, body: bytes, name: str = "bad.jsonl"):
+    d = tmp_path / "d"
+    d.mkdir(exist_ok=True)
+    (d / name).write_bytes(body)
+    return Dataset.from_path("corpus", d)
+
+
+@pytest.mark.parametrize("reader", ["read_table", "read_payloads"])
+def test_malformed_line_error_names_dataset_shard_and_line(tmp_path, reader):
+    ds = _bad_shard(tmp_path, b'{"a": 1}\n\n{"a": 2}\n{"a": 3,,}\n{"a": 4}\n')
+    with pytest.raises(DataError) as e:
+        getattr(ds, reader)(0, [0, 1, 2, 3])
+    err = e.value
+    assert err.dataset == "corpus" and err.shard.endswith("bad.jsonl") and err.line == 4
+    assert "line 4" in str(err) and "corpus" in str(err) and "bad.jsonl" in str(err)
+
+
+def test_line_that_is_not_an_object(tmp_path):
+    ds = _bad_shard(tmp_path, b'{"a": 1}\n[1, 2]\n')
+    with pytest.raises(DataError, match="line 2.*not a JSON object"):
+        ds.read_table(0, [0, 1])
+    assert ds.read_table(0, [0]).to_pylist() == [{"a": 1}]
+
+
+def test_two_objects_on_one_line(tmp_path):
+    ds = _bad_shard(tmp_path, b'{"a": 1}\n{"a": 2}{"a": 3}\n')
+    with pytest.raises(DataError, match="line 2"):
+        ds.read_table(0, [0, 1])
+
+
+def test_truncated_gzip_names_the_shard(tmp_path):
+    data = gzip.compress(jsonl_bytes(records(2000)))
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "cut.jsonl.gz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(DataError, match=r"cut\.jsonl\.gz.*truncated or corrupt") as e:
+        Dataset.from_path("corpus", d)
+    assert e.value.dataset == "corpus"
+
+
+def test_truncated_zstd_names_the_shard(tmp_path):
+    import zstandard
+
+    data = zstandard.ZstdCompressor().compress(jsonl_bytes(records(2000)))
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "cut.jsonl.zst").write_bytes(data[: len(data) - 7])
+    with pytest.raises(DataError, match=r"cut\.jsonl\.zst"):
+        Dataset.from_path("corpus", d)
+
+
+def test_not_gzip_at_all(tmp_path):
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "fake.jsonl.gz").write_bytes(b"this is not gzip data at all")
+    with pytest.raises(DataError, match="fake.jsonl.gz"):
+        Dataset.from_path("corpus", d)
+
+
+def test_shard_deleted_after_discovery(tmp_path):
+    jsonl_dataset(tmp_path / "d", shards=2, rows=5)
+    ds = Dataset.from_path("corpus", tmp_path / "d")
+    os.remove(tmp_path / "d" / "part-001.jsonl")
+    with pytest.raises(ShardMissingError, match="part-001.jsonl") as e:
+        ds.read_table(1, [0])
+    assert isinstance(e.value, FileNotFoundError) and e.value.dataset == "corpus"
+
+
+def test_shard_changed_after_discovery(tmp_path):
+    jsonl_dataset(tmp_path / "d", shards=1, rows=5)
+    ds = Dataset.from_path("corpus", tmp_path / "d")
+    write_jsonl(tmp_path / "d" / "part-000.jsonl", records(3))
+    with pytest.raises(DataError, match="changed since"):
+        ds.read_table(0, [0])
+
+
+def test_numpy_twin_gives_the_same_reads(tmp_path, monkeypatch):
+    recs = [{"a": i, "b": {"c": i} if i % 2 else {"d": i}, **({"e": 1} if i % 3 else {})}
+            for i in range(30)]
+    write_jsonl(tmp_path / "d" / "a.jsonl", recs)
+    expected = {}
+    for disabled in ("0", "1"):
+        monkeypatch.setenv("ZEPHON_DISABLE_EXT", disabled)
+        ds = Dataset.from_path("x", tmp_path / "d")
+        rows = [29, 1, 3, 3]
+        got = (ds.read_payloads(0, rows), payloads_from_table(ds.read_table(0, [0, 2, 4])))
+        with pytest.raises(NotColumnar):
+            ds.read_table(0, [0, 1])
+        expected[disabled] = got
+    assert expected["0"] == expected["1"]
+    assert expected["0"][0] == [recs[i] for i in [29, 1, 3, 3]]
+    assert expected["0"][1] == [recs[i] for i in [0, 2, 4]]
+
+
+def test_payloads_are_fresh_objects(tmp_path):
+    jsonl_dataset(tmp_path / "d", shards=1, rows=3)
+    ds = Dataset.from_path("x", tmp_path / "d")
+    a, b = ds.read_payloads(0, [1, 1])
+    assert a == b and a is not b
+    a["text"] = "changed"
+    assert ds.read_payloads(0, [1])[0]["text"] != "changed"
+
+
+def test_escaped_keys_resolve_exactly(tmp_path):
+    d = tmp_path / "d"
+    d.mkdir()
+    # "\u0061" is "a" written with an escape; the second record lacks "a"
+    (d / "a.jsonl").write_bytes(b'{"\\u0061": 1, "b": 2}\n{"b": 3}\n')
+    t = Dataset.from_path("x", d).read_table(0, [0, 1])
+    assert payloads_from_table(t) == [{"a": 1, "b": 2}, {"b": 3}]
+
+
+def test_index_file_of_foreign_shape_is_json_error(tmp_path):
+    jsonl_dataset(tmp_path / "d", shards=1)
+    (tmp_path / "d" / "index.json").write_text("{not json")
+    with pytest.raises(DataError, match="index.json"):
+        Dataset.from_path("x", tmp_path / "d")
+
+
+def test_large_values_round_trip(tmp_path):
+    recs = [{"text": "é" * 5000, "n": 2**62}, {"text": "", "n": -1}]
+    write_jsonl(tmp_path / "d" / "a.jsonl", recs)
+    ds = Dataset.from_path("x", tmp_path / "d")
+    assert ds.read_table(0, [1, 0]).to_pylist() == recs[::-1]
+    assert json.loads(json.dumps(ds.read_payloads(0, [0])[0])) == recs[0]

@@ -1,0 +1,162 @@
+"""The lineindex kernel: compiled and numpy twins agree, and both mean what the docs say."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zephon._ext import compiled, fallback
+
+NP = fallback("lineindex")
+CY = compiled("lineindex")
+TWINS = [NP] if CY is None else [NP, CY]
+needs_both = pytest.mark.skipif(CY is None, reason="compiled lineindex kernel not built")
+
+_ALPHABET = b'{}[]":,\\ \n\tab01'
+JSONISH = st.binary(max_size=80).map(lambda b: bytes(_ALPHABET[x % len(_ALPHABET)] for x in b))
+
+
+def u8(b: bytes) -> np.ndarray:
+    return np.frombuffer(b, dtype=np.uint8)
+
+
+def reference_starts(data: bytes) -> list[int]:
+    """Starts of lines with non-whitespace content, by plain Python."""
+    out, pos = [], 0
+    for line in data.split(b"\n"):
+        if line.strip(b" \t\r"):
+            out.append(pos)
+        pos += len(line) + 1
+    return out
+
+
+def scan_chunked(k, data: bytes, sizes: list[int]) -> np.ndarray:
+    a, pos, state, parts = u8(data), 0, (0, False), []
+    i = 0
+    while pos < len(a):
+        step = max(1, sizes[i % len(sizes)] if sizes else len(a))
+        s, *rest = k.scan_line_starts(a[pos:pos + step], pos, *state)
+        state = tuple(rest)
+        parts.append(np.asarray(s))
+        pos += step
+        i += 1
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+@pytest.mark.parametrize("k", TWINS, ids=lambda k: k.__name__)
+@pytest.mark.parametrize("data", [
+    b"", b"\n", b"{}", b'{"a":1}\n{"a":2}\n', b'{"a":1}\n{"a":2}', b"\n\n  \n{}\n\n{}\n  \n",
+    b'{"a":1}\r\n{"a":2}\r\n', b"  {}\n\t\n{}",
+])
+def test_scan_line_starts_examples(k, data):
+    got = k.scan_line_starts(u8(data), 0, 0, False)[0]
+    assert got.tolist() == reference_starts(data)
+    assert got.dtype == np.int64
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=200).map(lambda b: bytes(b"ab \n\t\r{}"[x % 8] for x in b)),
+       sizes=st.lists(st.integers(1, 17), max_size=6))
+def test_scan_chunked_equals_reference(data, sizes):
+    for k in TWINS:
+        assert scan_chunked(k, data, sizes).tolist() == reference_starts(data)
+
+
+@needs_both
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=120), base=st.integers(0, 10**9), line_start=st.integers(0, 10**9),
+       has=st.booleans())
+def test_scan_state_agrees(data, base, line_start, has):
+    a = CY.scan_line_starts(u8(data), base, line_start, has)
+    b = NP.scan_line_starts(u8(data), base, line_start, has)
+    assert a[0].tolist() == b[0].tolist() and a[1:] == b[1:]
+
+
+@needs_both
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=100), spans=st.lists(st.tuples(st.integers(0, 100),
+                                                               st.integers(0, 30)), max_size=8))
+def test_gather_spans_agree(data, spans):
+    n = len(data)
+    starts = np.array([min(s, n) for s, _ in spans], dtype=np.int64)
+    ends = np.array([min(s + w, n) for (_, w), s in zip(spans, starts)], dtype=np.int64)
+    a, oa = CY.gather_spans(u8(data), starts, ends)
+    b, ob = NP.gather_spans(u8(data), starts, ends)
+    assert a.tobytes() == b.tobytes() == b"".join(data[s:e] for s, e in zip(starts, ends))
+    assert oa.tolist() == ob.tolist()
+
+
+@pytest.mark.parametrize("k", TWINS, ids=lambda k: k.__name__)
+def test_gather_spans_rejects_out_of_range(k):
+    with pytest.raises(IndexError):
+        k.gather_spans(u8(b"abc"), np.array([1], np.int64), np.array([5], np.int64))
+
+
+@needs_both
+@settings(max_examples=400, deadline=None)
+@given(data=JSONISH, cuts=st.lists(st.integers(0, 80), max_size=5))
+def test_count_members_agree(data, cuts):
+    offs = np.array([0] + sorted(min(c, len(data)) for c in cuts) + [len(data)], np.int64)
+    assert CY.count_members(u8(data), offs).tolist() == NP.count_members(u8(data), offs).tolist()
+
+
+@needs_both
+@settings(max_examples=400, deadline=None)
+@given(data=JSONISH, spans=st.lists(st.tuples(st.integers(0, 80), st.integers(0, 40)), max_size=5),
+       key=st.sampled_from([b"a", b"ab", b"", b"b0", b'a\\"']))
+def test_key_presence_agree(data, spans, key):
+    n = len(data)
+    starts = np.array([min(s, n) for s, _ in spans], dtype=np.int64)
+    ends = np.array([min(s + w, n) for (_, w), s in zip(spans, starts)], dtype=np.int64)
+    a = CY.key_presence(u8(data), starts, ends, u8(key))
+    b = NP.key_presence(u8(data), starts, ends, key)
+    assert a.tolist() == b.tolist()
+
+
+RECORDS = [
+    {"a": 1, "b": {"c": 2, "d": [1, {"e": None}]}},
+    {"text": 'quote " colon : brace { bracket [', "a": None},
+    {"nested": {"a": 1}},
+    {"x\"y": 1, "a\\b": 2},
+    {},
+    {"list": [{"a": 1}, {"a": 2, "b": 3}]},
+    {"é": "ü", "a": "\\"},
+]
+
+
+def _members(obj) -> int:
+    if isinstance(obj, dict):
+        return len(obj) + sum(_members(v) for v in obj.values())
+    if isinstance(obj, list):
+        return sum(_members(v) for v in obj)
+    return 0
+
+
+@pytest.mark.parametrize("k", TWINS, ids=lambda k: k.__name__)
+def test_count_members_counts_object_members(k):
+    lines = [json.dumps(r, ensure_ascii=False).encode() + b"\n" for r in RECORDS]
+    buf = b"".join(lines)
+    offs = np.concatenate(([0], np.cumsum([len(x) for x in lines])))
+    got = k.count_members(u8(buf), offs.astype(np.int64))
+    assert got.tolist() == [_members(r) for r in RECORDS]
+
+
+@pytest.mark.parametrize("k", TWINS, ids=lambda k: k.__name__)
+@pytest.mark.parametrize("key", ["a", "b", "nested", 'x"y', "a\\b", "é", "missing"])
+def test_key_presence_finds_top_level_keys_only(k, key):
+    lines = [json.dumps(r, ensure_ascii=False).encode() for r in RECORDS]
+    buf = b"".join(lines)
+    ends = np.cumsum([len(x) for x in lines]).astype(np.int64)
+    starts = np.concatenate(([0], ends[:-1])).astype(np.int64)
+    raw = json.dumps(key, ensure_ascii=False).encode()[1:-1]
+    got = k.key_presence(u8(buf), starts, ends, u8(raw)).tolist()
+    for r, g in zip(RECORDS, got):
+        escaped_keys = any("\\" in json.dumps(x, ensure_ascii=False) for x in r)
+        if key in r:
+            assert g == 1, (r, key)
+        else:  # nested keys never count; escaped top-level keys make the answer "unknown"
+            assert g == (2 if escaped_keys else 0), (r, key)

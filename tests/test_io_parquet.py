@@ -1,0 +1,167 @@
+"""Parquet datasets: row-group aware reads, the decoded row-group cache, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from io_helpers import records, write_parquet
+
+from zephon.io import DataError, Dataset, ShardMissingError
+from zephon.io.parquet import row_group_cache
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "cache"))
+    row_group_cache().clear()
+
+
+@pytest.fixture
+def shards(tmp_path):
+    out = []
+    for s in range(3):
+        recs = records(95, start=s * 1000)
+        write_parquet(tmp_path / "d" / f"part-{s}.parquet", recs, row_group_size=10)
+        out.append(recs)
+    return out
+
+
+def test_rows_in_requested_order(tmp_path, shards):
+    ds = Dataset.from_path("pq", tmp_path / "d")
+    assert ds.fmt == "parquet" and ds.counts().tolist() == [95, 95, 95]
+    rows = np.array([94, 0, 13, 13, 57, 9, 10], dtype=np.int64)
+    for sid in ds.ids():
+        expected = [shards[sid][i] for i in rows]
+        assert ds.read_table(sid, rows).to_pylist() == expected
+        assert ds.read_payloads(sid, rows) == expected
+        assert ds.read_table(sid, np.arange(5, 35)).to_pylist() == shards[sid][5:35]
+
+
+def test_only_needed_row_groups_and_columns_are_decoded(tmp_path, shards, monkeypatch):
+    ds = Dataset.from_path("pq", tmp_path / "d")
+    decoded = []
+    real = pq.ParquetFile.read_row_group
+
+    def spy(self, i, columns=None, **kw):
+        decoded.append((i, tuple(columns) if columns else None))
+        return real(self, i, columns=columns, **kw)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", spy)
+    t = ds.read_table(1, [42, 47, 3], columns=["text"])
+    assert t.column_names == ["text"]
+    assert t.column("text").to_pylist() == [shards[1][i]["text"] for i in (42, 47, 3)]
+    assert sorted(decoded) == [(0, ("text",)), (4, ("text",))]
+
+
+def test_shuffle_within_shard_decodes_each_row_group_once(tmp_path, shards, monkeypatch):
+    ds = Dataset.from_path("pq", tmp_path / "d")
+    decoded = []
+    real = pq.ParquetFile.read_row_group
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group",
+                        lambda self, i, **kw: decoded.append(i) or real(self, i, **kw))
+    cache = row_group_cache()
+    perm = np.random.default_rng(0).permutation(95)
+    got = [ds.read_table(0, [int(i)]).to_pylist()[0] for i in perm]  # one sample per read
+    assert got == [shards[0][i] for i in perm]
+    assert sorted(decoded) == list(range(10))  # 10 row groups, each decoded once
+    assert cache.hits >= 95 - 10
+
+
+def test_row_group_cache_can_be_disabled(tmp_path, shards, monkeypatch):
+    from zephon.io import StoreOptions
+
+    ds = Dataset.from_path("pq", tmp_path / "d").with_store_options(
+        StoreOptions(parquet_rg_cache={"enabled": False}))
+    decoded = []
+    real = pq.ParquetFile.read_row_group
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group",
+                        lambda self, i, **kw: decoded.append(i) or real(self, i, **kw))
+    for _ in range(3):
+        assert ds.read_table(2, [3]).to_pylist() == [shards[2][3]]
+    assert decoded == [0, 0, 0]
+
+
+def test_row_group_cache_is_lru_by_bytes():
+    from zephon.io.parquet import RowGroupCache
+
+    tables = {k: pa.table({"v": list(range(100))}) for k in "abc"}
+    size = tables["a"].nbytes
+    cache = RowGroupCache(limit_bytes=2 * size)
+    cache.put(("a",), tables["a"])
+    cache.put(("b",), tables["b"])
+    assert cache.get(("a",)) is tables["a"]  # a is now the most recent
+    cache.put(("c",), tables["c"])  # evicts b, the least recently used
+    assert cache.get(("b",)) is None
+    assert cache.get(("a",)) is tables["a"] and cache.get(("c",)) is tables["c"]
+    cache.put(("huge",), pa.table({"v": list(range(10_000))}))  # larger than the limit
+    assert cache.get(("huge",)) is None
+
+
+def test_nulls_are_kept(tmp_path):
+    recs = [{"a": 1, "b": None}, {"a": None, "b": "x"}]
+    write_parquet(tmp_path / "d" / "x.parquet", recs)
+    ds = Dataset.from_path("pq", tmp_path / "d")
+    assert ds.read_payloads(0, [1, 0]) == recs[::-1]
+    assert not ds.read_table(0, [0]).schema.metadata or \
+        b"zephon.sparse" not in ds.read_table(0, [0]).schema.metadata
+
+
+def test_unknown_column_is_named(tmp_path, shards):
+    ds = Dataset.from_path("pq", tmp_path / "d")
+    with pytest.raises(ValueError, match="nope"):
+        ds.read_table(0, [1], columns=["nope"])
+
+
+def test_empty_read_keeps_schema(tmp_path, shards):
+    t = Dataset.from_path("pq", tmp_path / "d").read_table(0, [])
+    assert t.num_rows == 0 and t.column_names == ["id", "text", "score"]
+
+
+def test_corrupt_footer_names_the_shard(tmp_path, shards):
+    path = tmp_path / "d" / "part-1.parquet"
+    data = path.read_bytes()
+    path.write_bytes(data[:-12])
+    with pytest.raises(DataError, match="part-1.parquet.*footer") as e:
+        Dataset.from_path("pq", tmp_path / "d")
+    assert e.value.dataset == "pq"
+
+
+def test_corrupt_footer_after_discovery(tmp_path, shards):
+    ds = Dataset.from_path("pq", tmp_path / "d")
+    (tmp_path / "d" / "part-2.parquet").write_bytes(b"PAR1 garbage")
+    with pytest.raises(DataError, match="part-2.parquet"):
+        ds.read_table(2, [0])
+
+
+def test_corrupt_row_group_names_its_first_row(tmp_path):
+    path = write_parquet(tmp_path / "d" / "x.parquet",
+                         [{"v": f"payload-{i}" * 20} for i in range(40)], row_group_size=10)
+    meta = pq.read_metadata(path)
+    col = meta.row_group(2).column(0)
+    start = col.dictionary_page_offset or col.data_page_offset
+    data = bytearray(path.read_bytes())
+    data[start: start + col.total_compressed_size] = b"\x07" * col.total_compressed_size
+    path.write_bytes(bytes(data))
+    ds = Dataset.from_path("pq", tmp_path / "d")
+    assert ds.read_table(0, [0]).num_rows == 1
+    with pytest.raises(DataError) as e:
+        ds.read_table(0, [25])
+    assert e.value.row == 21 and "x.parquet" in str(e.value)
+
+
+def test_deleted_shard(tmp_path, shards):
+    ds = Dataset.from_path("pq", tmp_path / "d")
+    (tmp_path / "d" / "part-0.parquet").unlink()
+    with pytest.raises(ShardMissingError, match="part-0.parquet"):
+        ds.read_table(0, [0])
+
+
+def test_nested_and_list_columns(tmp_path):
+    recs = [{"ids": [1, 2, 3], "meta": {"k": "v"}}, {"ids": [], "meta": {"k": "w"}}]
+    pq.write_table(pa.Table.from_pylist(recs), tmp_path / "n.parquet")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "n.parquet").rename(tmp_path / "d" / "n.parquet")
+    ds = Dataset.from_path("pq", tmp_path / "d")
+    assert ds.read_table(0, [1, 0]).to_pylist() == recs[::-1]

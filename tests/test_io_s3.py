@@ -1,0 +1,227 @@
+"""Datasets on a real S3 endpoint (moto's standalone server over HTTP), read through s3fs."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from io_helpers import jsonl_bytes, moto_s3, records, s3_client
+
+from zephon.io import (
+    CacheOptions,
+    Dataset,
+    ShardMissingError,
+    ShardPrefetcher,
+    StoreOptions,
+    build_index,
+)
+from zephon.io.cache import cache_for
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def s3():
+    with moto_s3() as server:
+        yield server
+
+
+@pytest.fixture
+def bucket(s3):
+    name = f"b-{uuid.uuid4().hex[:12]}"
+    s3_client(s3["endpoint"]).create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def put(s3, bucket: str, key: str, data: bytes) -> None:
+    s3_client(s3["endpoint"]).put_object(Bucket=bucket, Key=key, Body=data)
+
+
+def parquet_bytes(recs, row_group_size=10) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist(recs), sink, row_group_size=row_group_size)
+    return sink.getvalue().to_pybytes()
+
+
+def upload_jsonl(s3, bucket, prefix="ds", shards=3, rows=20, gz=False):
+    out = []
+    for s in range(shards):
+        recs = records(rows, start=s * 100)
+        data = jsonl_bytes(recs)
+        name = f"{prefix}/part-{s}.jsonl" + (".gz" if gz else "")
+        put(s3, bucket, name, gzip.compress(data) if gz else data)
+        out.append(recs)
+    return out
+
+
+def cache_stats(ds: Dataset) -> dict:
+    return ds._rt().res.cache.stats
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_jsonl_over_s3(s3, bucket, gz):
+    shards = upload_jsonl(s3, bucket, gz=gz)
+    ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
+    assert ds.fmt == "jsonl" and ds.counts().tolist() == [20, 20, 20]
+    for sid in ds.ids():
+        assert ds.read_table(sid, [19, 0, 5]).to_pylist() == [shards[sid][i] for i in (19, 0, 5)]
+        assert ds.read_payloads(sid, [3]) == [shards[sid][3]]
+    assert cache_stats(ds)["downloads"] == 3  # discovery downloaded each shard once, reads reuse
+
+
+def test_parquet_over_s3_reads_row_groups_by_range_then_whole(s3, bucket, cache_dir):
+    recs = records(200)
+    put(s3, bucket, "p/a.parquet", parquet_bytes(recs, row_group_size=20))
+    ds = Dataset.from_path("pq", f"s3://{bucket}/p", storage_options=s3["storage_options"])
+    assert ds.counts().tolist() == [200]
+    assert ds.read_table(0, [5, 150]).to_pylist() == [recs[5], recs[150]]
+    assert not list((cache_dir / "shards").glob("*a.parquet"))  # ranges only, no copy yet
+    got = ds.read_table(0, np.arange(199, -1, -1)).to_pylist()  # wants the whole shard
+    assert got == recs[::-1]
+    assert len(list((cache_dir / "shards").glob("*a.parquet"))) == 1
+    assert cache_stats(ds)["downloads"] == 1
+
+
+def test_ranges_mode_reads_jsonl_lines_without_a_copy(s3, bucket, cache_dir):
+    shards = upload_jsonl(s3, bucket, shards=2, rows=30)
+    build_index("jsonl", f"s3://{bucket}/ds", progress=False,
+                storage_options=s3["storage_options"])
+    ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
+    ds = ds.with_store_options(StoreOptions(remote_reads="ranges"))
+    rows = [29, 3, 4, 5, 17, 3]
+    assert ds.read_table(1, rows).to_pylist() == [shards[1][i] for i in rows]
+    assert ds.read_payloads(0, [0, 29]) == [shards[0][0], shards[0][29]]
+    assert not list((cache_dir / "shards").iterdir())  # nothing but line indexes
+    assert len(list((cache_dir / "lineidx").iterdir())) == 2
+
+
+def test_index_on_s3_means_no_shard_is_touched_at_start(s3, bucket, cache_dir):
+    upload_jsonl(s3, bucket, shards=3, rows=10)
+    written = build_index("jsonl", f"s3://{bucket}/ds", progress=False,
+                          storage_options=s3["storage_options"])
+    assert written == f"s3://{bucket}/ds/index.json"
+    client = s3_client(s3["endpoint"])
+    for s in range(3):  # shards gone: only the index can answer
+        client.delete_object(Bucket=bucket, Key=f"ds/part-{s}.jsonl")
+    ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
+    assert ds.counts().tolist() == [10, 10, 10]
+    assert cache_stats(ds)["downloads"] == 0
+
+
+def test_shard_deleted_after_discovery_names_it(s3, bucket):
+    upload_jsonl(s3, bucket, shards=2, rows=5)
+    build_index("jsonl", f"s3://{bucket}/ds", progress=False,
+                storage_options=s3["storage_options"])
+    ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
+    s3_client(s3["endpoint"]).delete_object(Bucket=bucket, Key="ds/part-1.jsonl")
+    assert ds.read_payloads(0, [0]) == [records(5)[0]]
+    with pytest.raises(ShardMissingError) as e:
+        ds.read_table(1, [0])
+    assert f"s3://{bucket}/ds/part-1.jsonl" in str(e.value) and e.value.dataset == "web"
+
+
+def test_cache_limit_evicts_least_recently_used(s3, bucket, tmp_path):
+    upload_jsonl(s3, bucket, shards=4, rows=50)
+    build_index("jsonl", f"s3://{bucket}/ds", progress=False,
+                storage_options=s3["storage_options"])
+    size = len(jsonl_bytes(records(50)))
+    limit = int(size * 2.5)
+    ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
+    ds = ds.with_store_options(StoreOptions(cache=CacheOptions(
+        root=str(tmp_path / "small"), limit_bytes=limit, min_slack_bytes=0, max_slack_bytes=0)))
+    for sid in ds.ids():
+        assert ds.read_payloads(sid, [49]) == [records(50, start=sid * 100)[49]]
+    cache = cache_for(tmp_path / "small", limit, 0, 0)
+    assert cache.usage() <= limit
+    assert cache.stats["evictions"] >= 2
+    assert len(list(cache.shards.iterdir())) == 2
+
+
+CHILD = textwrap.dedent("""
+    import json, sys
+    from zephon.io import Dataset
+    url, opts = sys.argv[1], json.loads(sys.argv[2])
+    ds = Dataset.from_path("web", url, storage_options=opts)
+    total = sum(ds.read_table(sid, list(range(c))).num_rows for sid, c in zip(ds.ids(), ds.counts()))
+    print(json.dumps({"rows": total, "downloads": ds._rt().res.cache.stats["downloads"]}))
+""")
+
+
+def test_two_processes_download_each_shard_once(s3, bucket, tmp_path):
+    upload_jsonl(s3, bucket, shards=6, rows=400, gz=True)
+    env = dict(os.environ, ZEPHON_CACHE_DIR=str(tmp_path / "node"), PYTHONPATH=str(REPO))
+    args = [sys.executable, "-c", CHILD, f"s3://{bucket}/ds", json.dumps(s3["storage_options"])]
+    procs = [subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    assert [r["rows"] for r in results] == [2400, 2400]
+    assert sum(r["downloads"] for r in results) == 6
+    assert len(list((tmp_path / "node" / "shards").iterdir())) == 6
+
+
+def test_fsspec_environment_configuration_is_honoured(s3, bucket, tmp_path):
+    shards = upload_jsonl(s3, bucket, shards=1, rows=4)
+    env = dict(os.environ, ZEPHON_CACHE_DIR=str(tmp_path / "c"), PYTHONPATH=str(REPO),
+               FSSPEC_S3_ENDPOINT_URL=s3["endpoint"], **s3["env"])
+    code = ("import json; from zephon.io import Dataset; "
+            f"ds = Dataset.from_path('w', 's3://{bucket}/ds'); "
+            "print(json.dumps(ds.read_payloads(0, [3])))")
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == [shards[0][3]]
+
+
+def test_warm_and_prefetcher_fill_the_cache(s3, bucket, cache_dir):
+    put(s3, bucket, "p/a.parquet", parquet_bytes(records(30)))
+    put(s3, bucket, "p/b.parquet", parquet_bytes(records(30, start=50)))
+    build_index("parquet", f"s3://{bucket}/p", progress=False,
+                storage_options=s3["storage_options"])
+    ds = Dataset.from_path("pq", f"s3://{bucket}/p", storage_options=s3["storage_options"])
+    with ShardPrefetcher([ds], parallelism=2) as pf:
+        futures = pf.submit(0, [0, 1]) + pf.submit(0, [0])
+        pf.wait(timeout=60)
+        assert all(f.done() for f in futures) and pf.errors() == []
+    assert len(list((cache_dir / "shards").glob("*.parquet"))) == 2
+    assert cache_stats(ds)["downloads"] == 2
+    assert ds.read_table(1, [29, 0]).to_pylist() == [records(30, start=50)[29],
+                                                     records(30, start=50)[0]]
+    assert cache_stats(ds)["downloads"] == 2  # reads used the warmed copies
+
+
+def test_prefetcher_keeps_errors_for_the_fetch_to_report(s3, bucket):
+    upload_jsonl(s3, bucket, shards=2, rows=3)
+    build_index("jsonl", f"s3://{bucket}/ds", progress=False,
+                storage_options=s3["storage_options"])
+    ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
+    s3_client(s3["endpoint"]).delete_object(Bucket=bucket, Key="ds/part-0.jsonl")
+    pf = ShardPrefetcher([ds], parallelism=1)
+    pf.submit(0, [0, 1])
+    with pytest.raises(ShardMissingError, match="part-0.jsonl"):
+        pf.wait(timeout=60)
+    pf.close()
+    pf.close()
+    with pytest.raises(RuntimeError):
+        pf.submit(0, [1])

@@ -1,0 +1,7 @@
+"""Zephon: a high-throughput, deterministic data loader for training foundation models."""
+
+from zephon.pipeline import Pipeline
+from zephon.types import SampleBatch
+
+__version__ = "0.3.0.dev0"
+__all__ = ["Pipeline", "SampleBatch", "__version__"]

@@ -1,0 +1,1 @@
+"""The comparative benchmark runner behind ``python -m zephon bench``."""

@@ -1,0 +1,51 @@
+"""The reference Zephon 0.2.0, installed from PyPI into a virtualenv of its own on first use."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REF_VERSION = "0.2.0"
+
+
+def venv_dir() -> Path:
+    base = os.environ.get("ZEPHON_REF_VENV") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "zephon",
+        f"ref-{REF_VERSION}")
+    return Path(base)
+
+
+def ensure_reference(log=print) -> Path | None:
+    """Path of the reference venv's python, creating it if needed; None if it cannot be made."""
+    vdir = venv_dir()
+    py = vdir / "bin" / "python"
+    marker = vdir / ".zephon-ref-ready"
+    if marker.exists():
+        return py
+    log(f"creating the reference Zephon {REF_VERSION} virtualenv in {vdir} (first use) ...")
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(vdir)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", f"zephon[parquet]=={REF_VERSION}",
+                        "tokenizers", "transformers"], check=True)
+    except (subprocess.CalledProcessError, OSError) as e:
+        log(f"reference virtualenv unavailable: {e}")
+        return None
+    marker.write_text(REF_VERSION)
+    return py
+
+
+def run_reference(cfg: dict, timeout: float = 900.0) -> dict:
+    py = ensure_reference()
+    if py is None:
+        return {"error": "reference virtualenv unavailable"}
+    client = Path(__file__).with_name("ref_client.py")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZEPHON_")}
+    proc = subprocess.run([str(py), "-I", str(client), json.dumps(cfg)], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else
+                f"exit {proc.returncode}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -1,0 +1,263 @@
+"""The columnar block: how records travel through the engine.
+
+A block is struct-of-arrays. Metadata columns are numpy arrays (one row per record); the payload
+is a ``pyarrow.Table`` for dict-shaped records, or, as the last resort, a plain list of Python
+payloads. Built-in operators work on the columns; per-record Python objects (``SampleRecord``)
+exist only when user code asks for them.
+
+Keys absent from a record's source (datasets with different schemas concatenated into one block)
+are listed in ``sparse``: a null in such a column means "absent" and is left out of the record's
+dict payload, so users see exactly the keys their data had.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+ID_FIELDS = ("dataset_id", "shard_id", "sample_idx")
+META_FIELDS = ("dataset_id", "shard_id", "sample_idx", "lane_id", "chunk_id", "chunk_offset")
+
+
+class NotColumnar(TypeError):
+    """Raised when payloads cannot be laid out as Arrow columns (the object fallback is used)."""
+
+
+def _i64(a: Any, n: int | None = None) -> np.ndarray:
+    arr = np.asarray(a, dtype=np.int64)
+    if n is not None and arr.shape != (n,):
+        arr = np.broadcast_to(arr, (n,)).copy()
+    return arr
+
+
+class Block:
+    """A run of records of one lane (or of several lanes before the per-lane operators).
+
+    ``meta``: dict of int64 arrays named by ``META_FIELDS`` plus optional extras
+    (``padding_length``, ``comp_samples`` / ``comp_tokens`` of shape (n, components)).
+    ``lineage``: int32 (n, depth) matrix, -1 padded: the child indices added by each fan-out.
+    ``payload``: ``pa.Table`` or ``list``.
+    """
+
+    __slots__ = ("meta", "lineage", "payload", "sparse", "is_batch")
+
+    def __init__(
+        self,
+        meta: dict[str, np.ndarray],
+        payload: pa.Table | list | None,
+        lineage: np.ndarray | None = None,
+        sparse: frozenset[str] = frozenset(),
+        is_batch: bool = False,
+    ) -> None:
+        self.meta = meta
+        n = len(meta["sample_idx"])
+        self.lineage = lineage if lineage is not None else np.empty((n, 0), dtype=np.int32)
+        self.payload = payload
+        self.sparse = sparse
+        self.is_batch = is_batch
+
+    # -- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def from_pointers(
+        cls,
+        dataset_id: np.ndarray,
+        shard_id: np.ndarray,
+        sample_idx: np.ndarray,
+        *,
+        lane_id: int,
+        chunk_id: int,
+        chunk_offset: np.ndarray,
+    ) -> Block:
+        n = len(sample_idx)
+        meta = {
+            "dataset_id": _i64(dataset_id),
+            "shard_id": _i64(shard_id),
+            "sample_idx": _i64(sample_idx),
+            "lane_id": np.full(n, lane_id, dtype=np.int64),
+            "chunk_id": np.full(n, chunk_id, dtype=np.int64),
+            "chunk_offset": _i64(chunk_offset),
+        }
+        return cls(meta, None)
+
+    @staticmethod
+    def table_from_payloads(payloads: Sequence[Any]) -> tuple[pa.Table, frozenset[str]]:
+        """Lay dict payloads out as a table; raise NotColumnar when Arrow cannot hold them."""
+        if not payloads:
+            return pa.table({}), frozenset()
+        if not all(type(p) is dict for p in payloads):
+            raise NotColumnar("payloads are not all dicts")
+        try:
+            struct = pa.array(payloads)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError) as e:
+            raise NotColumnar(str(e)) from e
+        if not pa.types.is_struct(struct.type):
+            raise NotColumnar(f"payloads became {struct.type}")
+        table = pa.Table.from_struct_array(struct)
+        keys0 = None
+        sparse: set[str] = set()
+        for p in payloads:  # cheap: compares key views, no values
+            if keys0 is None:
+                keys0 = p.keys()
+            elif p.keys() != keys0:
+                sparse = {name for name in table.column_names if any(name not in q for q in payloads)}
+                break
+        return table, frozenset(sparse)
+
+    def with_payloads(self, payloads: list) -> Block:
+        """Same records (same meta) with new Python payloads, columnar where possible."""
+        try:
+            table, sparse = self.table_from_payloads(payloads)
+            return Block(self.meta, table, self.lineage, sparse, self.is_batch)
+        except NotColumnar:
+            return Block(self.meta, list(payloads), self.lineage, frozenset(), self.is_batch)
+
+    def with_table(self, table: pa.Table, sparse: frozenset[str] | None = None) -> Block:
+        return Block(self.meta, table, self.lineage, self.sparse if sparse is None else sparse,
+                     self.is_batch)
+
+    # -- shape ----------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.meta["sample_idx"])
+
+    @property
+    def columnar(self) -> bool:
+        return isinstance(self.payload, pa.Table)
+
+    def take(self, idx: np.ndarray) -> Block:
+        idx = np.asarray(idx, dtype=np.int64)
+        meta = {k: v[idx] for k, v in self.meta.items()}
+        lineage = self.lineage[idx]
+        if self.payload is None:
+            payload = None
+        elif isinstance(self.payload, pa.Table):
+            payload = self.payload.take(pa.array(idx)) if len(idx) else self.payload.slice(0, 0)
+        else:
+            payload = [self.payload[i] for i in idx.tolist()]
+        return Block(meta, payload, lineage, self.sparse, self.is_batch)
+
+    def slice(self, start: int, stop: int) -> Block:
+        meta = {k: v[start:stop] for k, v in self.meta.items()}
+        if self.payload is None:
+            payload = None
+        elif isinstance(self.payload, pa.Table):
+            payload = self.payload.slice(start, stop - start)
+        else:
+            payload = self.payload[start:stop]
+        return Block(meta, payload, self.lineage[start:stop], self.sparse, self.is_batch)
+
+    def filter(self, keep: np.ndarray) -> Block:
+        return self.take(np.flatnonzero(keep))
+
+    @staticmethod
+    def concat(blocks: Sequence[Block]) -> Block:
+        blocks = [b for b in blocks if len(b)] or list(blocks[:1])
+        if len(blocks) == 1:
+            return blocks[0]
+        keys = set(blocks[0].meta)
+        for b in blocks[1:]:
+            keys &= set(b.meta)
+        meta = {k: np.concatenate([b.meta[k] for b in blocks]) for k in keys}
+        depth = max(b.lineage.shape[1] for b in blocks)
+        lineage = np.concatenate([_pad_lineage(b.lineage, depth) for b in blocks])
+        payloads = [b.payload for b in blocks]
+        sparse = frozenset().union(*(b.sparse for b in blocks))
+        if all(p is None for p in payloads):
+            payload = None
+        elif all(isinstance(p, pa.Table) for p in payloads):
+            names = [tuple(p.column_names) for p in payloads]
+            if any(n != names[0] for n in names):
+                all_names = set().union(*(set(n) for n in names))
+                sparse |= {c for c in all_names if any(c not in n for n in names)}
+            try:
+                payload = pa.concat_tables(payloads, promote_options="permissive")
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                payload = [r for b in blocks for r in b.payload_list()]
+                sparse = frozenset()
+        else:
+            payload = [r for b in blocks for r in b.payload_list()]
+            sparse = frozenset()
+        return Block(meta, payload, lineage, frozenset(sparse), blocks[0].is_batch)
+
+    # -- views for user code --------------------------------------------------------------------
+
+    def payload_list(self) -> list:
+        """The payloads as fresh Python objects (dicts for dict-shaped data)."""
+        if self.payload is None:
+            return [None] * len(self)
+        if isinstance(self.payload, list):
+            return list(self.payload)
+        table = self.payload
+        hidden = [c for c in table.column_names if c.startswith("__")]
+        rows = (table.drop_columns(hidden) if hidden else table).to_pylist()
+        if self.sparse:
+            sparse = self.sparse
+            rows = [
+                {k: v for k, v in r.items() if v is not None or k not in sparse} for r in rows
+            ]
+        return rows
+
+    def ids(self) -> list[tuple[int, int, int]]:
+        m = self.meta
+        return list(zip(m["dataset_id"].tolist(), m["shard_id"].tolist(), m["sample_idx"].tolist()))
+
+    def lineage_tuples(self) -> list[tuple[int, ...]]:
+        if self.lineage.shape[1] == 0:
+            return [()] * len(self)
+        return [tuple(x for x in row if x >= 0) for row in self.lineage.tolist()]
+
+    def column_names(self) -> list[str]:
+        if isinstance(self.payload, pa.Table):
+            return list(self.payload.column_names)
+        return []
+
+
+def _pad_lineage(lineage: np.ndarray, depth: int) -> np.ndarray:
+    if lineage.shape[1] == depth:
+        return lineage
+    out = np.full((lineage.shape[0], depth), -1, dtype=np.int32)
+    out[:, : lineage.shape[1]] = lineage
+    return out
+
+
+def add_lineage(lineage: np.ndarray, child_idx: np.ndarray) -> np.ndarray:
+    """Append one fan-out level (the child index of each output record)."""
+    out = np.empty((lineage.shape[0], lineage.shape[1] + 1), dtype=np.int32)
+    out[:, :-1] = lineage
+    out[:, -1] = child_idx
+    return out
+
+
+def ragged_column(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets int64, values) numpy views of a list column, zero-copy where Arrow allows."""
+    col = table.column(name)
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if pa.types.is_fixed_size_list(arr.type):
+        width = arr.type.list_size
+        values = arr.flatten().to_numpy(zero_copy_only=False)
+        offsets = np.arange(len(arr) + 1, dtype=np.int64) * width
+        return offsets, values
+    if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
+        raise TypeError(f"column {name!r} is {arr.type}, not a list of tokens")
+    if arr.null_count:
+        raise ValueError(f"column {name!r} has null rows")
+    offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+    values = arr.values.to_numpy(zero_copy_only=False)
+    if offsets[0] != 0:
+        values = values[offsets[0] : offsets[-1]]
+        offsets = offsets - offsets[0]
+    else:
+        values = values[: offsets[-1]]
+    return offsets, values
+
+
+def list_array(offsets: np.ndarray, values: np.ndarray) -> pa.Array:
+    """A ragged Arrow column over numpy offsets + values (no copy of the values)."""
+    offsets = np.asarray(offsets)
+    if offsets[-1] < 2**31:
+        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values))
+    return pa.LargeListArray.from_arrays(pa.array(offsets.astype(np.int64)), pa.array(values))

@@ -1,0 +1,55 @@
+"""The serial part of a plan for one lane: accumulators driven in order."""
+
+from __future__ import annotations
+
+from zephon.block import Block
+from zephon.ops.base import BaseOp, OpContext
+from zephon.ops.errors import wrap_op_error
+
+
+class LaneChain:
+    """Pushes a lane's blocks through its operators; stateless ones apply block by block."""
+
+    def __init__(self, ops: list[BaseOp], lane_id: int, ctx: OpContext) -> None:
+        self.ops = ops
+        self.lane_id = lane_id
+        self.stages = [op.new_lane(lane_id, ctx) if op.is_serial() else None for op in ops]
+
+    def push(self, block: Block) -> list[Block]:
+        return self._run(0, [block])
+
+    def finish(self) -> list[Block]:
+        """End of stream: flush each stage in order, routing what it releases downstream."""
+        out: list[Block] = []
+        for i, stage in enumerate(self.stages):
+            if stage is None:
+                continue
+            with wrap_op_error(self.ops[i].op_name):
+                flushed = stage.flush()
+            if flushed:
+                out.extend(self._run(i + 1, flushed))
+        return out
+
+    def _run(self, start: int, blocks: list[Block]) -> list[Block]:
+        for i in range(start, len(self.ops)):
+            op, stage = self.ops[i], self.stages[i]
+            nxt: list[Block] = []
+            with wrap_op_error(op.op_name, blocks):
+                for b in blocks:
+                    if stage is not None:
+                        nxt.extend(stage.push(b))
+                    else:
+                        r = op.process_block(b)
+                        if r is not None and len(r):
+                            nxt.append(r)
+            blocks = nxt
+            if not blocks:
+                break
+        return blocks
+
+    def get_state(self) -> list:
+        """Each accumulator's state (None for stateless operators)."""
+        return [s.get_state() if s is not None else None for s in self.stages]
+
+    def held(self) -> int:
+        return sum(s.held() for s in self.stages if s is not None)

@@ -1,0 +1,366 @@
+"""The coordinator: hands out work by sequence number, reorders results, runs the serial stage.
+
+It is a process of its own (a child of the training process; the workers are its children):
+the serial operators (shuffle, mixture, packing, batch) are stateful Python and would otherwise
+compete with the training loop for the GIL, and the training process then does nothing but map
+finished frames. Finished units reach it through an output ring of ``prefetch_batches``
+slots; each descriptor says (slot, length), and the frame carries every unit's lane state.
+
+Order. ``LaneScheduler`` numbers every pointer block it issues with a global sequence number
+and keeps, per lane, the sequence numbers in lane order. A lane's runner pulls its next result
+only when that one has arrived, so the serial operators see exactly the inline order whatever
+the number of workers, their speed or the queue depths; with ``deterministic=False`` a lane
+takes whichever of its results arrived first. Blocks are issued ahead (up to ``workers x
+slots`` outstanding, spread over the lanes that have the fewest in hand) and the block a lane
+is waiting for is always issued, so no lane can starve.
+
+Faults. A dead worker's unfinished sequence numbers are issued again (to any worker), with the
+same pointers; ``max_worker_retries`` deaths on one block end the run with an error naming it.
+An exception in an operator travels, packed with its traceback, to the point of the stream where
+the inline engine would have raised it, and from there to the training loop.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import multiprocessing
+import multiprocessing.connection as mpc
+import warnings
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import cloudpickle
+
+from zephon.engine import cleanup, shm, wire
+from zephon.engine.lane import Prepared, pointer_end, round_robin_states
+from zephon.engine.worker import WorkerCrashedError, WorkerPool
+from zephon.ops.base import OpContext, StageInfo
+from zephon.types import SampleBatch
+
+log = logging.getLogger("zephon.engine")
+
+FRAME_UNITS = 64  # units per output frame at most: bounds what one held batch pins
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    workers: int
+    deterministic: bool
+    prefetch: int  # output slots: frames between the coordinator and the training process
+    slots: int  # slots per worker
+    slot_bytes: int
+    start_method: str
+    log_level: str
+    max_retries: int
+    prefix: str = ""
+    parent: tuple[int, float] = (0, 0.0)
+
+    @property
+    def window(self) -> int:
+        return self.workers * self.slots
+
+    @classmethod
+    def from_options(cls, options, workers: int, **kw) -> EngineConfig:
+        get = options.get
+        values = {"workers": int(workers), "prefetch": int(get("prefetch_batches")),
+                  "slots": int(get("shm_slots")), "slot_bytes": int(get("shm_slot_bytes")),
+                  "max_retries": int(get("max_worker_retries"))}
+        for name, v in values.items():
+            if v < (0 if name == "max_retries" else 1):
+                raise ValueError(f"{name} must be >= 1, got {v}")
+        return cls(deterministic=bool(get("deterministic")),
+                   start_method=start_method(get("start_method")),
+                   log_level=str(get("log_level")).upper(), **values, **kw)
+
+
+def start_method(requested) -> str:
+    method = str(requested or "forkserver").lower()
+    if method == "fork":
+        warnings.warn("start_method='fork' is unsafe once threads exist (Arrow, torch and "
+                      "tokenizers start some); using 'forkserver'", RuntimeWarning, stacklevel=4)
+        method = "forkserver"
+    available = multiprocessing.get_all_start_methods()
+    if method not in ("forkserver", "spawn"):
+        raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {requested!r}")
+    return method if method in available else "spawn"
+
+
+def mp_context(method: str, preload: str):
+    ctx = multiprocessing.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload([preload])  # children fork from a server that imported it
+    return ctx
+
+
+# -- ordering ----------------------------------------------------------------------------------
+
+
+class Failure:
+    """A result that is an error: raised when its lane reaches it, not before."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+class LaneScheduler(ABC):
+    """Issues each lane's pointer blocks under global sequence numbers and hands every lane its
+    worker-stage results back in lane order. Subclasses supply the transport."""
+
+    def __init__(self, lane_plan, window: int, deterministic: bool) -> None:
+        self.lanes = list(lane_plan.lanes)
+        self.feeds: dict[int, Iterator | None] = {
+            lane: iter(lane_plan.pointer_blocks(lane)) for lane in self.lanes}
+        self.pending: dict[int, deque] = {lane: deque() for lane in self.lanes}
+        self.blocks: dict[int, object] = {}  # seq -> pointer block, until its lane consumes it
+        self.results: dict[int, object] = {}
+        self.unsent: list[int] = []  # heap: issued (or lost) but not handed to a worker yet
+        self.next_seq = 0
+        self.window = max(1, window)
+        self.deterministic = deterministic
+
+    @abstractmethod
+    def free_capacity(self) -> bool:
+        """Can a block be handed to a worker right now?"""
+
+    @abstractmethod
+    def send(self, seq: int, block) -> None: ...
+
+    @abstractmethod
+    def wait(self) -> None:
+        """Block until at least one event (a result, a death) has been handled."""
+
+    def complete(self, seq: int, result) -> None:
+        if seq in self.blocks:
+            self.results[seq] = result
+
+    def resend(self, seqs) -> None:
+        for seq in seqs:
+            if seq in self.blocks and seq not in self.results:
+                heapq.heappush(self.unsent, seq)
+
+    def _issue(self, lane: int) -> bool:
+        feed = self.feeds[lane]
+        block = next(feed, None) if feed is not None else None
+        if block is None:
+            self.feeds[lane] = None
+            return False
+        seq = self.next_seq
+        self.next_seq += 1
+        self.blocks[seq] = block
+        self.pending[lane].append(seq)
+        heapq.heappush(self.unsent, seq)
+        return True
+
+    def _fill(self) -> None:
+        while True:
+            while self.unsent and self.free_capacity():
+                seq = heapq.heappop(self.unsent)
+                self.send(seq, self.blocks[seq])
+            if len(self.blocks) >= self.window or not self.free_capacity():
+                return
+            live = [lane for lane in self.lanes if self.feeds[lane] is not None]
+            if not live:
+                return
+            self._issue(min(live, key=lambda lane: len(self.pending[lane])))
+
+    def _ready(self, pend: deque) -> int | None:
+        if self.deterministic:
+            return pend[0] if pend[0] in self.results else None
+        return next((s for s in pend if s in self.results), None)
+
+    def prepared(self, lane: int) -> Iterator[Prepared]:
+        pend = self.pending[lane]
+        while True:
+            if not pend and not self._issue(lane):
+                return
+            self._fill()
+            seq = self._ready(pend)
+            while seq is None:
+                self.wait()
+                self._fill()
+                seq = self._ready(pend)
+            pend.remove(seq)
+            result = self.results.pop(seq)
+            block = self.blocks.pop(seq)
+            if isinstance(result, Failure):
+                raise result.error
+            yield Prepared(pointer_end(block), result)
+
+
+# -- the coordinator process -------------------------------------------------------------------
+
+
+class _Stop(BaseException):
+    """The training process closed the engine (or died): unwind, whatever is running."""
+
+
+class OutputRing:
+    """Finished units to the training process, as frames in a pool of output slots."""
+
+    def __init__(self, conn, cfg: EngineConfig, wait) -> None:
+        self.conn = conn
+        self.pool = shm.SlotPool(cfg.prefix, "o", cfg.prefetch, cfg.slot_bytes)
+        self.free = list(range(cfg.prefetch))
+        self.wait = wait
+        self.writer: wire.FrameWriter | None = None
+        self.slot = -1
+        self.grown: str | None = None
+        conn.send(("ready", self.pool.names))
+
+    def release(self, slots) -> None:
+        self.free.extend(slots)
+
+    def add(self, lane: int, unit, state) -> None:
+        # a SampleRecord is pickled; None (a lane's end) travels for its final state only
+        kind, obj = ("block", unit.block) if isinstance(unit, SampleBatch) else ("pickle", unit)
+        tag = (lane, state)
+        while True:
+            if self.writer is None:
+                while not self.free:  # every slot is in flight or held: backpressure
+                    self.wait()
+                self.slot, self.grown = self.free.pop(), None
+                self.writer = wire.FrameWriter(self.pool.view(self.slot))
+            if self.writer.add(kind, obj, tag):
+                break
+            if len(self.writer):
+                self.flush()
+            else:  # larger than an empty slot: grow this slot
+                self.writer = None
+                self.grown = self.pool.grow(self.slot, wire.frame_size(kind, obj, tag))
+                self.writer = wire.FrameWriter(self.pool.view(self.slot))
+        if len(self.writer) >= FRAME_UNITS:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.writer is None or not len(self.writer):
+            return
+        length = self.writer.finish()
+        self.writer = None
+        self.conn.send(("frame", self.slot, length, self.grown))
+
+
+class Coordinator(LaneScheduler):
+    def __init__(self, conn, lane_plan, cfg: EngineConfig, ops_blob: bytes) -> None:
+        super().__init__(lane_plan, cfg.window, cfg.deterministic)
+        self.conn = conn
+        self.cfg = cfg
+        self.attempts: dict[int, int] = {}
+        self.out = OutputRing(conn, cfg, self.wait)
+        spec = {"prefix": cfg.prefix, "ops": ops_blob, "slots": cfg.slots,
+                "slot_bytes": cfg.slot_bytes, "parent": cleanup.identity(),
+                "log_level": cfg.log_level, "workers": cfg.workers}
+        self.pool = WorkerPool(mp_context(cfg.start_method, "zephon.engine.worker"), spec,
+                               cfg.workers, cfg.max_retries, on_result=self.complete,
+                               on_failure=self._failed, on_lost=self._lost,
+                               fork_first=cfg.start_method == "forkserver"
+                               and "fork" in multiprocessing.get_all_start_methods())
+        ctx = OpContext(StageInfo(1, "serial", 0), worker_id=0, runner="process")
+        for op in lane_plan.plan.serial_ops:
+            op.setup(ctx)
+        self.runners = [lane_plan.runner(lane, self.prepared(lane), ctx) for lane in self.lanes]
+
+    # transport
+    def free_capacity(self) -> bool:
+        return self.pool.has_free()
+
+    def send(self, seq: int, block) -> None:
+        self.pool.submit(seq, block)
+
+    def wait(self) -> None:
+        self.out.flush()  # never sit on finished units while waiting for more
+        if self.pool.wait([self.conn], timeout=1.0):
+            self.from_parent()
+
+    def from_parent(self) -> None:
+        try:
+            while self.conn.poll():
+                msg = self.conn.recv()
+                if msg[0] != "free":
+                    raise _Stop
+                self.out.release(msg[1])
+        except (EOFError, OSError):
+            raise _Stop from None
+
+    def _failed(self, seq: int, packed) -> None:
+        self.complete(seq, Failure(wire.RemoteError(packed)))
+
+    def _lost(self, seqs: list[int], why: str) -> None:
+        for seq in seqs:
+            n = self.attempts[seq] = self.attempts.get(seq, 0) + 1
+            if n <= self.cfg.max_retries:
+                self.resend([seq])
+                continue
+            block = self.blocks[seq]
+            m = block.meta
+            err = WorkerCrashedError(
+                f"a worker died ({why}) {n} times on the micro-batch of lane "
+                f"{int(m['lane_id'][0])}, chunk {int(m['chunk_id'][0])} starting at sample "
+                f"{block.ids()[0]} ({len(block)} records); max_worker_retries="
+                f"{self.cfg.max_retries}")
+            self.complete(seq, Failure(wire.RemoteError(wire.pack_exception(err))))
+
+    def run(self) -> None:
+        try:
+            for lane, unit, state in round_robin_states(self.runners):
+                self.out.add(lane, unit, state)
+            self.out.flush()
+            self.conn.send(("end",))
+        except _Stop:
+            raise
+        except BaseException as e:  # the stream ends here, exactly where inline would raise
+            self.out.flush()
+            self.conn.send(("error", e.packed if isinstance(e, wire.RemoteError)
+                            else wire.pack_exception(e)))
+        self.pool.close()  # nothing more to compute: give the CPUs back now
+
+
+def linger(conn) -> None:
+    """Stay until the training process closes the engine: it may not yet have mapped every
+    segment named in a descriptor, and our exit unlinks what is still named."""
+    try:
+        while True:
+            mpc.wait([conn])
+            msg = conn.recv()
+            if msg[0] != "free":
+                return
+    except (EOFError, OSError):
+        return
+
+
+def coordinator_main(conn, lane_plan_blob: bytes, ops_blob: bytes, cfg: EngineConfig) -> None:
+    coord: Coordinator | None = None
+
+    def on_exit() -> None:
+        if coord is not None:
+            coord.pool.kill()
+        shm.unlink_created()
+        shm.sweep(cfg.prefix)
+
+    leave = cleanup.init_child("coordinator", on_exit, cfg.log_level)
+    log.debug("coordinator started: %d workers, start method %s", cfg.workers, cfg.start_method)
+    try:
+        try:
+            coord = Coordinator(conn, cloudpickle.loads(lane_plan_blob), cfg, ops_blob)
+        finally:  # the watcher is a thread: only once the first workers are forked
+            cleanup.watch(cfg.parent, leave)
+        coord.run()
+        linger(conn)
+    except _Stop:
+        pass
+    except BaseException as e:  # start-up failed (no shared memory, operator setup, ...)
+        packed = e.packed if isinstance(e, wire.RemoteError) else wire.pack_exception(e)
+        try:
+            conn.send(("error", packed))
+            linger(conn)
+        except OSError:
+            pass
+    finally:
+        if coord is not None:
+            coord.pool.close()
+        shm.unlink_created()
+        shm.sweep(cfg.prefix)

@@ -1,0 +1,48 @@
+"""explain(): the compiled plan as text, with where each setting came from."""
+
+from __future__ import annotations
+
+from zephon.engine.plan import compile_plan
+from zephon.engine.session import engine_kind
+from zephon.engine.topology import resolve_topology
+
+
+def _parallelism(op) -> int:
+    try:
+        return op.traits().parallelism
+    except Exception:  # user traits() may be fragile; explain must not fail
+        return 1
+
+
+def explain(pipeline) -> str:
+    opts = pipeline._options
+    plan = compile_plan(pipeline._all_ops())
+    kind, workers = engine_kind(pipeline)
+    topo = resolve_topology(opts)
+    lines = []
+    w_names = [f"{o.op_name}@p{_parallelism(o)}" for o in plan.worker_ops]
+    s_names = [o.op_name for o in plan.serial_ops]
+    where = "worker processes" if kind == "process" else ("worker threads" if kind == "threads"
+                                                          else "calling process")
+    lines.append(f"Stage[0] place=local break='start' runner={kind} workers={workers} "
+                 f"runs_in={where} ops={w_names}")
+    if s_names:
+        lines.append(f"Stage[1] place=local break='stateful' runner=serial-per-lane "
+                     f"runs_in={'coordinator' if kind == 'process' else 'calling process'} "
+                     f"ops={s_names}")
+    lines.append("")
+    lines.append("Execution Graph:")
+    lines.append(f"Lanes: canonical_replicas={topo.canonical_replicas} dp_degree={topo.dp_degree} "
+                 f"dp_group_id={topo.dp_group_id} owned={list(topo.owned_lanes)} "
+                 f"mapping={topo.mapping_strategy}")
+    for name in ("runner", "num_workers", "start_method", "micro_batch_size", "prefetch_batches",
+                 "shm_slot_bytes", "shm_slots", "deterministic", "log_level"):
+        value, source = opts.resolve(name)
+        lines.append(f"  {name}={value!r} ({source})")
+    from zephon._ext import status
+
+    kernels = ", ".join(f"{k}={v}" for k, v in status().items())
+    lines.append(f"Kernels: {kernels}")
+    chain = " -> ".join(["pointers", *w_names, *s_names]) + " ==> pipeline_end"
+    lines.append(chain)
+    return "\n".join(lines)

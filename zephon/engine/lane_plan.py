@@ -1,0 +1,39 @@
+"""Everything an engine needs to run a set of lanes; picklable, so a coordinator process can
+receive it whole. Both engines build their lanes through it, so resume logic lives in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from zephon.block import Block
+from zephon.engine.lane import LaneRunner
+from zephon.engine.plan import Plan
+from zephon.engine.source import lane_pointer_blocks
+from zephon.ops.base import OpContext
+
+
+@dataclass
+class LanePlan:
+    plan: Plan
+    work_source: Any
+    lanes: tuple[int, ...]
+    canonical_replicas: int
+    micro: int
+    restore: dict[int, dict] | None = None  # per-lane checkpoint states to resume from
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def pointer_blocks(self, lane_id: int) -> Iterator[Block]:
+        """The lane's pointer blocks, from its resume position (or the start)."""
+        start_chunk, start_offset = 0, 0
+        if self.restore and lane_id in self.restore:
+            start_chunk, start_offset = self.restore[lane_id]["position"]
+        return lane_pointer_blocks(self.work_source, lane_id, self.canonical_replicas,
+                                   self.micro, start_chunk=start_chunk, start_offset=start_offset)
+
+    def runner(self, lane_id: int, prepared: Iterator[Block | None], ctx: OpContext) -> LaneRunner:
+        """The lane's serial part, fed by ``prepared`` (worker-stage output in lane order)."""
+        state = self.restore.get(lane_id) if self.restore else None
+        return LaneRunner(self.plan, lane_id, prepared, ctx, restore=state, lane_plan=self)

@@ -1,0 +1,219 @@
+"""The multiprocess engine as the training process sees it.
+
+``ProcessEngine`` yields the same units as ``InlineEngine`` for any worker count and runner:
+
+- ``runner="process"``: a coordinator process (``coordinator.py``) with ``workers`` worker
+  processes (``worker.py``) does all the work; this process only maps finished frames out of
+  the output ring and wraps them as ``SampleBatch`` views (numpy/Arrow/torch see the shared
+  memory itself, no copy);
+- ``runner="threads"``: the worker stage on a thread pool in this process (``threads.py``);
+- inside a daemonic process (a torch DataLoader worker), which may not have children: inline,
+  with a warning.
+
+Zero copy and slot reuse. A frame's views all hang off one uint8 ``root`` array; a weak
+reference on it tells us when the user has dropped every batch of the frame, and only then is
+the slot handed back to the coordinator. So that a user who keeps batches (``list(pipeline)``)
+cannot starve the coordinator of slots, at most ``min(prefetch // 2, prefetch - 1)`` frames are
+held as views at once; further frames are copied out and their slot is returned immediately.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import uuid
+import warnings
+import weakref
+from collections import deque
+from collections.abc import Iterator
+
+import cloudpickle
+import numpy as np
+
+from zephon.engine import cleanup, shm, wire
+from zephon.engine.coordinator import EngineConfig, coordinator_main, mp_context
+from zephon.engine.lane import round_robin_states
+from zephon.engine.lane_plan import LanePlan
+from zephon.ops.errors import ZephonError
+from zephon.types import SampleBatch
+
+log = logging.getLogger("zephon.engine")
+
+
+class ProcessEngine:
+    def __init__(self, lane_plan: LanePlan, workers: int, options,
+                 runner: str = "process") -> None:
+        self.lane_plan = lane_plan
+        self.last_states: dict[int, dict | None] = {}
+        prefix = f"zephon_{os.getpid()}_{uuid.uuid4().hex[:8]}_"
+        self.config = EngineConfig.from_options(options, workers, prefix=prefix,
+                                                parent=cleanup.identity())
+        cleanup.setup_logging(self.config.log_level)
+        if runner == "threads":
+            from zephon.engine.threads import ThreadsBackend
+
+            self._backend = ThreadsBackend(lane_plan, self.config)
+        elif runner != "process":
+            raise ValueError(f"runner must be 'process' or 'threads', got {runner!r}")
+        elif multiprocessing.current_process().daemon or not shm.available():
+            warnings.warn("zephon: this process cannot start worker processes (it is daemonic, "
+                          "e.g. a DataLoader worker, or has no POSIX shared memory); running "
+                          "the pipeline inline", RuntimeWarning, stacklevel=3)
+            self._backend = _InlineBackend(lane_plan)
+        else:
+            self._backend = CoordinatorClient(lane_plan, self.config)
+        self.runner = runner if not isinstance(self._backend, _InlineBackend) else "inline"
+
+    def __iter__(self) -> Iterator:
+        states = self.last_states
+        for lane, unit, state in self._backend.items():
+            states[lane] = state  # delivered: this is what a checkpoint taken now must record
+            if unit is not None:  # None: the lane ended, and this is its final state
+                yield unit
+
+    def lane_states(self) -> dict[int, dict | None]:
+        return dict(self.last_states)
+
+    def pids(self) -> list[int]:
+        """Processes this engine started (coordinator first), for diagnostics and tests."""
+        return self._backend.pids()
+
+    def close(self) -> None:
+        self._backend.close()
+
+
+class _InlineBackend:
+    def __init__(self, lane_plan: LanePlan) -> None:
+        from zephon.engine.inline import InlineEngine
+
+        self.engine = InlineEngine(lane_plan)
+
+    def items(self):
+        return round_robin_states(self.engine.runners)
+
+    def pids(self) -> list[int]:
+        return []
+
+    def close(self, fast: bool = False) -> None:
+        self.engine.close()
+
+
+class CoordinatorClient:
+    """Starts the coordinator process and turns its frames into units."""
+
+    def __init__(self, lane_plan: LanePlan, cfg: EngineConfig) -> None:
+        self.prefix = cfg.prefix
+        self.closed = False
+        self.slots = shm.SlotViews()
+        self.freed: deque[int] = deque()  # appended by finalizers, from any thread
+        self.held: set[int] = set()
+        self.hold_limit = min(cfg.prefetch // 2, cfg.prefetch - 1)
+        ctx = mp_context(cfg.start_method, "zephon.engine.coordinator")
+        blobs = (cloudpickle.dumps(lane_plan), cloudpickle.dumps(lane_plan.plan.worker_ops))
+        self.conn, there = ctx.Pipe()
+        self.proc = ctx.Process(target=coordinator_main, args=(there, *blobs, cfg),
+                                name="zephon-coordinator", daemon=False)
+        cleanup.register(self)
+        # an abandoned engine (iterator dropped without close) still releases everything
+        self._finalizer = weakref.finalize(self, _close_quietly, self.proc, self.conn, self.prefix)
+        try:
+            self.proc.start()
+        finally:
+            there.close()
+
+    def pids(self) -> list[int]:
+        import psutil
+
+        try:
+            p = psutil.Process(self.proc.pid)
+            return [p.pid] + [c.pid for c in p.children(recursive=True)]
+        except psutil.Error:
+            return []
+
+    def items(self) -> Iterator[tuple[int, object, object]]:
+        while True:
+            msg = self._recv()
+            tag = msg[0]
+            if tag == "frame":
+                yield from self._units(*msg[1:])
+            elif tag == "ready":
+                self.slots.attach_all(msg[1])
+            elif tag == "end":
+                return
+            elif tag == "error":
+                raise wire.unpack_exception(msg[1])
+
+    def _units(self, slot: int, length: int, grown: str | None) -> list:
+        if grown:
+            self.slots.attach(slot, grown)
+        root = np.frombuffer(self.slots.map(slot), dtype=np.uint8, count=length)
+        self._send_frees()
+        if len(self.held) >= self.hold_limit:
+            root = wire.private_copy(root, length)
+            self.freed.append(slot)
+        else:
+            self.held.add(slot)
+            weakref.finalize(root, self.freed.append, slot).atexit = False
+        units = [(tag[0], SampleBatch._from_block(obj) if kind == "block" else obj, tag[1])
+                 for kind, obj, tag in wire.read_frame(root)]
+        del root
+        self._send_frees()  # a frame of records holds no views: its slot is free already
+        return units
+
+    def _send_frees(self) -> None:
+        slots = []
+        while self.freed:
+            slots.append(self.freed.popleft())
+        if slots:
+            self.held.difference_update(slots)
+            self.conn.send(("free", slots))
+
+    def _recv(self):
+        while True:
+            self._send_frees()  # a batch dropped meanwhile may be what the coordinator waits for
+            if self.conn.poll(0.05):
+                try:
+                    return self.conn.recv()
+                except (EOFError, OSError):
+                    pass
+            elif self.proc.is_alive():
+                continue
+            from zephon.engine.worker import describe_exit
+
+            self.proc.join(1.0)
+            raise ZephonError(f"the zephon coordinator process ended unexpectedly "
+                              f"({describe_exit(self.proc.exitcode)})")
+
+    def close(self, fast: bool = False) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        cleanup.unregister(self)
+        self._finalizer.detach()
+        _close(self.proc, self.conn, self.prefix, grace=0.0 if fast else 5.0)
+        self.slots = shm.SlotViews()  # mappings live on in the views the user still holds
+
+
+def _close(proc, conn, prefix: str, grace: float) -> None:
+    try:
+        conn.send(("stop",))
+    except (OSError, ValueError):
+        pass
+    if proc._popen is not None:  # started
+        proc.join(grace)
+        if proc.is_alive():
+            proc.terminate()  # its SIGTERM handler kills the workers and unlinks
+            proc.join(2.0)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    conn.close()
+    shm.sweep(prefix)  # what a killed coordinator or worker left named
+
+
+def _close_quietly(proc, conn, prefix: str) -> None:
+    try:
+        _close(proc, conn, prefix, grace=1.0)
+    except Exception:  # interpreter shutdown: do what can be done
+        pass

@@ -1,0 +1,102 @@
+"""Restore: rebuild the records each accumulator held, from their cursors.
+
+For an accumulator at serial position i, its held records are re-derived as they entered it:
+fetch the pointers (random access into the work source), run the worker stage, keep the
+children the cursors name, then the stateless serial operators before i. Reorder-only
+accumulators (shuffle, mixture, batch) do not change records and are skipped; a combining one
+(packing) rebuilds its rows from their recipes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from zephon.block import Block
+from zephon.engine.lane import apply_ops
+from zephon.engine.refs import refs_len
+
+
+def restore_chain(chain, op_states: list, lane_plan, lane_id: int) -> None:
+    if len(op_states) != len(chain.stages):
+        raise RuntimeError(
+            f"checkpoint has {len(op_states)} serial operators, this pipeline has "
+            f"{len(chain.stages)}: restore needs the same operators")
+    for i, (stage, state) in enumerate(zip(chain.stages, op_states)):
+        if stage is None or state is None:
+            continue
+        held = rebuild_inputs(chain, i, state.get("held"), lane_plan, lane_id)
+        stage.set_state(state, held)
+
+
+def rebuild_inputs(chain, i: int, refs: dict | None, lane_plan, lane_id: int) -> Block | None:
+    """The records named by ``refs`` as they entered serial operator ``i``."""
+    if refs_len(refs) == 0:
+        return None
+    combiner = next((j for j in range(i - 1, -1, -1)
+                     if getattr(chain.ops[j], "combines_records", False)), None)
+    if combiner is not None and "recipe" not in refs:
+        raise RuntimeError(f"cannot checkpoint rows of {chain.ops[combiner].op_name} held "
+                           "downstream: their payloads are not columnar (use keep_list)")
+    if combiner is not None:
+        op = chain.ops[combiner]
+        seg_refs = op.recipe_inputs(refs)
+        seg_block = rebuild_inputs(chain, combiner, seg_refs, lane_plan, lane_id)
+        block = op.rebuild_rows(refs, seg_block)
+        start = combiner + 1
+    else:
+        block = fetch_refs(refs, lane_plan, lane_id)
+        start = 0
+    for j in range(start, i):
+        if chain.stages[j] is None:
+            block = chain.ops[j].process_block(block)
+            if block is None:
+                raise RuntimeError(f"restore: operator {chain.ops[j].op_name} dropped a record "
+                                   "it had passed before (is it deterministic?)")
+    return block
+
+
+def fetch_refs(refs: dict, lane_plan, lane_id: int) -> Block:
+    """Fetch + worker stage for the cursors in ``refs``; rows in the cursors' order."""
+    chunk_ids = np.asarray(refs["chunk_id"], dtype=np.int64)
+    offsets = np.asarray(refs["chunk_offset"], dtype=np.int64)
+    lineage = np.asarray(refs["lineage"], dtype=np.int32).reshape(len(chunk_ids), -1)
+    pairs = np.unique(np.stack([chunk_ids, offsets], axis=1), axis=0)
+    ws, L = lane_plan.work_source, lane_plan.canonical_replicas
+    ds, sh, ix = [], [], []
+    for c in np.unique(pairs[:, 0]).tolist():
+        chunk = ws.lane_chunk(lane_id, L, int(c))
+        if chunk is None:
+            raise RuntimeError(f"checkpoint names chunk {c} of lane {lane_id}, which the work "
+                               "source does not have: was it built with other settings?")
+        offs = pairs[pairs[:, 0] == c, 1]
+        ds.append(chunk.dataset_id[offs])
+        sh.append(chunk.shard_id[offs])
+        ix.append(chunk.sample_idx[offs])
+    n = len(pairs)
+    meta = {"dataset_id": np.concatenate(ds), "shard_id": np.concatenate(sh),
+            "sample_idx": np.concatenate(ix), "lane_id": np.full(n, lane_id, dtype=np.int64),
+            "chunk_id": pairs[:, 0].copy(), "chunk_offset": pairs[:, 1].copy()}
+    block = apply_ops(lane_plan.plan.worker_ops, Block(meta, None))
+    if block is None:
+        raise RuntimeError("restore: the worker stage dropped records a checkpoint holds")
+    return select(block, chunk_ids, offsets, lineage)
+
+
+def select(block: Block, chunk_ids: np.ndarray, offsets: np.ndarray,
+           lineage: np.ndarray) -> Block:
+    """Rows of ``block`` matching each cursor (chunk, offset, lineage), in cursor order."""
+    index: dict[Any, int] = {}
+    bl = block.lineage_tuples()
+    for row, (c, o) in enumerate(zip(block.meta["chunk_id"].tolist(),
+                                     block.meta["chunk_offset"].tolist())):
+        index[(c, o, bl[row])] = row
+    want = []
+    for c, o, lin in zip(chunk_ids.tolist(), offsets.tolist(), lineage.tolist()):
+        key = (c, o, tuple(x for x in lin if x >= 0))
+        if key not in index:
+            raise RuntimeError(f"restore: record {key} named by the checkpoint was not produced "
+                               "again: are the operators deterministic and unchanged?")
+        want.append(index[key])
+    return block.take(np.asarray(want, dtype=np.int64))

@@ -1,0 +1,99 @@
+"""A live run of a pipeline: resolves options and topology, picks the engine, owns its lifetime."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from zephon.engine.lane_plan import LanePlan
+from zephon.engine.plan import compile_plan
+from zephon.engine.topology import resolve_topology
+
+
+def engine_kind(pipeline) -> tuple[str, int]:
+    """("inline" | "process" | "threads", workers) chosen from options and environment."""
+    opts = pipeline._options
+    runner, _ = opts.resolve("runner")
+    workers, _ = opts.resolve("num_workers")
+    if runner == "inline":
+        return "inline", 0
+    if runner is None:
+        runner = "process" if workers > 0 else "inline"
+    if runner == "process" and workers <= 0:
+        return "inline", 0
+    return runner, max(int(workers), 1)
+
+
+class Session:
+    def __init__(self, pipeline) -> None:
+        self.pipeline = pipeline
+        opts = pipeline._options
+        self.topology = resolve_topology(opts)
+        self.plan = compile_plan(pipeline._all_ops())
+        fetch_batch = pipeline._fetch_kw.get("max_batch")
+        self.micro = int(fetch_batch or opts.get("micro_batch_size"))
+        self.kind, self.workers = engine_kind(pipeline)
+        self.active = False
+        self.engine = None
+        self.final_states: dict[int, dict | None] | None = None
+        self.restore_states: dict[int, dict | None] = {}
+        if pipeline._pending_restore is not None:
+            from zephon.engine.checkpoint import lane_states
+
+            self.restore_states = lane_states(pipeline._pending_restore)
+
+    def lane_plan(self) -> LanePlan:
+        topo = self.topology
+        restore = {lane: st for lane, st in self.restore_states.items()
+                   if st is not None and lane in topo.owned_lanes}
+        return LanePlan(self.plan, self.pipeline.work_source, topo.owned_lanes,
+                        topo.canonical_replicas, self.micro, restore or None)
+
+    def _make_engine(self):
+        if self.kind == "inline" or self.workers == 0:
+            from zephon.engine.inline import InlineEngine
+
+            return InlineEngine(self.lane_plan())
+        from zephon.engine.process import ProcessEngine
+
+        return ProcessEngine(self.lane_plan(), self.workers, self.pipeline._options,
+                             runner=self.kind)
+
+    def __iter__(self) -> Iterator[Any]:
+        self.active = True
+        self.engine = self._make_engine()
+        self.pipeline._pending_restore = None
+        try:
+            yield from self.engine
+        finally:
+            self.close()
+
+    def lane_states(self) -> dict[int, dict | None]:
+        """Per owned lane: its state at the last unit delivered to the caller."""
+        if self.final_states is not None:
+            return self.final_states
+        states = dict(self.restore_states)
+        if self.engine is not None:
+            states.update({k: v for k, v in self.engine.lane_states().items() if v is not None})
+        return {lane: states.get(lane) for lane in self.topology.owned_lanes}
+
+    def close(self) -> None:
+        if self.engine is not None and self.final_states is None:
+            self.final_states = self.lane_states()
+            self.engine.close()
+        self.active = False
+
+
+def checkpoint_of(pipeline) -> dict:
+    """The checkpoint at the delivered position (or the pending restore, or the start)."""
+    from zephon.engine import checkpoint
+    from zephon.engine.topology import resolve_topology
+
+    if pipeline._pending_restore is not None:
+        return pipeline._pending_restore
+    topo = resolve_topology(pipeline._options)
+    if pipeline._runtime is None:
+        states = {lane: None for lane in topo.owned_lanes}
+    else:
+        states = pipeline._runtime.lane_states()
+    return checkpoint.build(pipeline, topo.canonical_replicas, states)

@@ -1,0 +1,71 @@
+"""Which lanes this rank owns: canonical_replicas, data-parallel group, mapping strategy."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+
+from zephon.options import RuntimeOptions
+
+
+@dataclass(frozen=True)
+class Topology:
+    canonical_replicas: int
+    dp_degree: int
+    dp_group_id: int
+    world_size: int
+    global_rank: int
+    mapping_strategy: str
+    owned_lanes: tuple[int, ...]
+
+
+def _dist_identity() -> tuple[int, int, str]:
+    """(world_size, rank, source) from torch.distributed, else RANK/WORLD_SIZE, else 1/0."""
+    try:
+        import sys
+
+        if "torch" in sys.modules:
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                return dist.get_world_size(), dist.get_rank(), "torch.distributed"
+    except Exception:  # torch absent or broken: fall through to the environment
+        pass
+    ws, rank = os.environ.get("WORLD_SIZE"), os.environ.get("RANK")
+    if ws and rank:
+        return int(ws), int(rank), "environment"
+    return 1, 0, "default"
+
+
+def lanes_for_group(L: int, G: int, g: int, strategy: str) -> tuple[int, ...]:
+    if strategy == "interleaved":
+        return tuple(range(g, L, G))
+    base, extra = divmod(L, G)
+    start = g * base + min(g, extra)
+    return tuple(range(start, start + base + (1 if g < extra else 0)))
+
+
+def resolve_topology(opts: RuntimeOptions) -> Topology:
+    world, rank, _ = _dist_identity()
+    world_size = opts.explicit.get("world_size") or world
+    global_rank = opts.explicit.get("global_rank")
+    if global_rank is None:
+        global_rank = rank
+    dp_degree = opts.explicit.get("dp_degree") or world_size
+    dp_group_id = opts.explicit.get("dp_group_id")
+    if dp_group_id is None:
+        dp_group_id = global_rank if dp_degree == world_size else global_rank % dp_degree
+    L = opts.explicit.get("canonical_replicas") or dp_degree
+    strategy = opts.explicit.get("mapping_strategy") or "contiguous"
+    if strategy not in ("contiguous", "interleaved"):
+        raise ValueError(f"mapping_strategy must be 'contiguous' or 'interleaved', got {strategy!r}")
+    if not 0 <= dp_group_id < dp_degree:
+        raise ValueError(f"dp_group_id {dp_group_id} out of range for dp_degree {dp_degree}")
+    if dp_degree > L:
+        raise ValueError(f"dp_degree {dp_degree} exceeds canonical_replicas {L}: a lane cannot be split")
+    if L % dp_degree:
+        warnings.warn(f"canonical_replicas={L} is not divisible by dp_degree={dp_degree}: "
+                      "groups own unequal lane counts", stacklevel=3)
+    return Topology(int(L), int(dp_degree), int(dp_group_id), int(world_size), int(global_rank),
+                    strategy, lanes_for_group(int(L), int(dp_degree), int(dp_group_id), strategy))

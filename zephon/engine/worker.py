@@ -1,0 +1,285 @@
+"""Worker processes: the worker stage (fetch, decode, map, tokenize) on pointer blocks.
+
+Each worker owns ``ZEPHON_SHM_SLOTS`` slots of shared memory (``shm.SlotPool``). With each task
+the coordinator assigns one of them: it writes the task's pointer block into the slot and sends
+``(seq, slot, length)``; the worker copies the pointers out, runs the operators, writes the
+result frame into the same slot and answers ``(seq, slot, length)``. A worker is never given
+more tasks than it has slots, so a pool whose slots all hold results the coordinator has not
+taken stops the coordinator from handing it work (backpressure), and the pipes carry nothing but
+descriptors.
+
+``WorkerPool`` is the coordinator's side: it starts the workers, picks the least loaded one for
+each task, copies results out of the slots (freeing them at once; the reorder buffer lives in
+the coordinator, bounded by its window), and replaces a worker that dies, reporting the sequence
+numbers it held so the scheduler can redo exactly those.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import multiprocessing.connection as mpc
+import os
+import signal
+import time
+
+import cloudpickle
+
+from zephon.engine import cleanup, shm, wire
+from zephon.engine.lane import apply_ops
+from zephon.ops.base import OpContext, StageInfo
+from zephon.ops.errors import ZephonError
+
+log = logging.getLogger("zephon.engine")
+
+
+class WorkerCrashedError(ZephonError):
+    """A worker process died (signal, segfault, OOM kill) more often than retries allow."""
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "did not exit"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+# -- the worker process ------------------------------------------------------------------------
+
+
+def worker_main(conn, spec: dict) -> None:
+    index = spec["index"]
+
+    def on_exit() -> None:
+        shm.unlink_created()
+        if not cleanup.alive(spec["parent"]):  # orphaned: nobody else will sweep
+            shm.sweep(spec["prefix"])
+
+    shm.created.clear()  # a forked worker inherits the coordinator's list: not ours to unlink
+    cleanup.watch(spec["parent"], cleanup.init_child(f"worker {index}", on_exit,
+                                                     spec["log_level"]))
+    try:
+        ops = cloudpickle.loads(spec["ops"])
+        ctx = OpContext(StageInfo(0, "workers", 0), worker_id=index, runner="process",
+                        num_workers=spec["workers"])
+        for op in ops:
+            op.setup(ctx)
+        pool = shm.SlotPool(spec["prefix"], f"w{index}.{spec['generation']}_", spec["slots"],
+                            spec["slot_bytes"])
+    except BaseException as e:
+        conn.send(("fatal", wire.pack_exception(e)))
+        on_exit()
+        return
+    conn.send(("hello", pool.names, os.getpid()))
+    try:
+        _serve(conn, ops, pool)
+    finally:
+        on_exit()
+
+
+def _serve(conn, ops, pool: shm.SlotPool) -> None:
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:  # the coordinator is gone
+            return
+        if msg[0] == "stop":
+            return
+        _, seq, slot, length, inline = msg
+        # a task on this slot proves the coordinator has mapped its current segment
+        shm.created.discard(pool.names[slot])
+        root = wire.private_copy(inline if inline is not None else pool.maps[slot], length)
+        ((_, task, _),) = wire.read_frame(root)
+        try:
+            reply = _result(pool, seq, slot, apply_ops(ops, task))
+        except Exception as e:
+            reply = ("fail", seq, slot, wire.pack_exception(e))
+        conn.send(reply)
+
+
+def _result(pool: shm.SlotPool, seq: int, slot: int, block) -> tuple:
+    if block is None:
+        return ("done", seq, slot, 0, None)
+    grown = None
+    writer = wire.FrameWriter(pool.view(slot))
+    if not writer.add("block", block):
+        grown = pool.grow(slot, wire.frame_size("block", block))
+        writer = wire.FrameWriter(pool.view(slot))
+        if not writer.add("block", block):
+            raise ZephonError("a grown slot cannot hold the block it was grown for")
+    return ("done", seq, slot, writer.finish(), grown)
+
+
+# -- the coordinator's side --------------------------------------------------------------------
+
+
+class _Worker:
+    __slots__ = ("index", "generation", "proc", "conn", "views", "free", "inflight", "ready")
+
+    def __init__(self, index: int, generation: int, proc, conn) -> None:
+        self.index = index
+        self.generation = generation
+        self.proc = proc
+        self.conn = conn
+        self.views = shm.SlotViews()
+        self.free: list[int] = []
+        self.inflight: dict[int, int] = {}  # slot -> seq
+        self.ready = False
+
+
+class WorkerPool:
+    """Starts, feeds and replaces the workers. Events go to three callbacks:
+    ``on_result(seq, block | None)``, ``on_failure(seq, packed exception)`` and
+    ``on_lost(seqs, why)`` for the tasks of a worker that died."""
+
+    def __init__(self, mpctx, spec: dict, count: int, max_retries: int, *, on_result,
+                 on_failure, on_lost, fork_first: bool = False) -> None:
+        self.mpctx = mpctx
+        # Forking is safe while this process has a single thread, and skips starting a fork
+        # server (a fresh interpreter importing numpy and Arrow: most of the start-up time).
+        # Replacements come later, when threads may exist, and go through ``mpctx``.
+        self.fork = multiprocessing.get_context("fork") if fork_first else None
+        self.spec = spec
+        self.max_retries = max_retries
+        self.on_result, self.on_failure, self.on_lost = on_result, on_failure, on_lost
+        self.early_deaths = [0] * count
+        self.workers: list[_Worker] = []
+        self.closed = False
+        for i in range(count):
+            self.workers.append(self._start(i, 0))
+
+    def _start(self, index: int, generation: int) -> _Worker:
+        here, there = self.mpctx.Pipe()
+        spec = dict(self.spec, index=index, generation=generation)
+        forkable = self.fork is not None and cleanup.single_threaded()
+        proc = (self.fork if forkable else self.mpctx).Process(target=worker_main, args=(there, spec), daemon=True,
+                                  name=f"zephon-worker-{index}")
+        proc.start()
+        there.close()
+        return _Worker(index, generation, proc, here)
+
+    def has_free(self) -> bool:
+        return any(w.ready and w.free for w in self.workers)
+
+    def submit(self, seq: int, block) -> None:
+        w = max((w for w in self.workers if w.ready and w.free), key=lambda w: len(w.free))
+        slot = w.free.pop()
+        w.inflight[slot] = seq
+        writer = wire.FrameWriter(memoryview(w.views.map(slot)))
+        if writer.add("block", block):
+            msg = ("task", seq, slot, writer.finish(), None)
+        else:  # a slot configured smaller than a pointer block: the pointers ride the pipe
+            frame = wire.write_frame([("block", block, None)])
+            msg = ("task", seq, slot, len(frame), frame.tobytes())
+        try:
+            w.conn.send(msg)
+        except OSError:  # it died before we noticed: this task is redone with its others
+            self._died(w)
+
+    def wait(self, extra: list, timeout: float) -> list:
+        """Handle what the workers sent or did; returns the ``extra`` objects that are ready."""
+        by_conn = {w.conn: w for w in self.workers}
+        by_sentinel = {w.proc.sentinel: w for w in self.workers}
+        ready = mpc.wait([*by_conn, *by_sentinel, *extra], timeout)
+        for r in ready:
+            if r in by_conn:
+                self._drain(by_conn[r])
+            elif r in by_sentinel:
+                self._died(by_sentinel[r])
+        return [r for r in ready if any(r is e for e in extra)]
+
+    def _drain(self, w: _Worker) -> None:
+        try:
+            while w.conn.poll():
+                self._message(w, w.conn.recv())
+        except (EOFError, OSError):
+            self._died(w)
+
+    def _message(self, w: _Worker, msg: tuple) -> None:
+        tag = msg[0]
+        if tag == "done":
+            _, seq, slot, length, grown = msg
+            if grown:
+                w.views.attach(slot, grown)
+            result = None
+            if length:
+                ((_, result, _),) = wire.read_frame(wire.private_copy(w.views.map(slot), length))
+            self._free(w, slot)
+            self.on_result(seq, result)
+        elif tag == "fail":
+            _, seq, slot, packed = msg
+            self._free(w, slot)
+            self.on_failure(seq, packed)
+        elif tag == "hello":
+            w.views.attach_all(msg[1])
+            w.free = list(range(len(msg[1])))
+            w.ready = True
+            self.early_deaths[w.index] = 0
+            log.debug("worker %d (pid %d) ready", w.index, msg[2])
+        elif tag == "fatal":  # the operators' setup failed: retrying will not help
+            raise wire.RemoteError(msg[1])
+
+    @staticmethod
+    def _free(w: _Worker, slot: int) -> None:
+        del w.inflight[slot]
+        w.free.append(slot)
+
+    def _died(self, w: _Worker) -> None:
+        if self.closed or self.workers[w.index] is not w:
+            return  # already handled (EOF and sentinel both fire)
+        try:  # what it sent before dying is valid: its slots are still mapped here
+            while w.conn.poll():
+                self._message(w, w.conn.recv())
+        except (EOFError, OSError):
+            pass
+        w.proc.join(1.0)
+        if w.proc.is_alive():  # closed its pipe but hangs: make sure
+            w.proc.kill()
+            w.proc.join()
+        w.conn.close()
+        why = describe_exit(w.proc.exitcode)
+        lost = sorted(w.inflight.values())
+        if not w.ready:
+            self.early_deaths[w.index] += 1
+            if self.early_deaths[w.index] > self.max_retries:
+                raise wire.RemoteError(wire.pack_exception(WorkerCrashedError(
+                    f"worker {w.index} died during start-up ({why}) "
+                    f"{self.early_deaths[w.index]} times in a row")))
+        log.warning("zephon: worker %d (pid %s) %s; starting a replacement, redoing %d "
+                    "micro-batch(es)", w.index, w.proc.pid, why, len(lost))
+        self.workers[w.index] = self._start(w.index, w.generation + 1)
+        if lost:
+            self.on_lost(lost, why)
+
+    def close(self, timeout: float = 2.0) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for w in self.workers:
+            try:
+                w.conn.send(("stop",))
+            except (OSError, ValueError):
+                pass
+        deadline = time.monotonic() + timeout
+        for w in self.workers:
+            w.proc.join(max(0.0, deadline - time.monotonic()))
+        for w in self.workers:
+            if w.proc.is_alive():
+                w.proc.terminate()
+                w.proc.join(1.0)
+            if w.proc.is_alive():
+                w.proc.kill()
+                w.proc.join()
+            w.conn.close()
+
+    def kill(self) -> None:
+        """Emergency stop (signal handler, parent gone): no waiting, no messages."""
+        for w in list(self.workers):
+            try:
+                os.kill(w.proc.pid, signal.SIGKILL)
+            except (OSError, TypeError):
+                pass

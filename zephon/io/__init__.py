@@ -1,0 +1,41 @@
+"""Datasets and storage: formats (JSONL, Parquet, in-memory), fsspec storage, index.json, the
+node-local shard cache and prefetching.
+
+See ``docs/INTERNALS.md`` for the contract the engine relies on.
+"""
+
+from zephon.block import NotColumnar
+from zephon.io.cache import ShardCache
+from zephon.io.dataset import Dataset
+from zephon.io.errors import DataError, ShardMissingError
+from zephon.io.index_file import build_index
+from zephon.io.memory import InMemoryShard
+from zephon.io.options import CacheOptions, ParquetRGCacheOptions, StoreOptions, parse_size_bytes
+from zephon.io.prefetch import ShardPrefetcher
+from zephon.io.records import payloads_from_table, sparse_columns
+
+__all__ = [
+    "CacheOptions",
+    "DataError",
+    "Dataset",
+    "DatasetInspector",
+    "InMemoryShard",
+    "NotColumnar",
+    "ParquetRGCacheOptions",
+    "ShardCache",
+    "ShardMissingError",
+    "ShardPrefetcher",
+    "StoreOptions",
+    "build_index",
+    "parse_size_bytes",
+    "payloads_from_table",
+    "sparse_columns",
+]
+
+
+def __getattr__(name: str):
+    if name == "DatasetInspector":  # lives with the debug helpers; imported on demand
+        from zephon.io.inspector import DatasetInspector
+
+        return DatasetInspector
+    raise AttributeError(f"module 'zephon.io' has no attribute {name!r}")

@@ -1,0 +1,292 @@
+"""``Dataset``: a picklable descriptor of sharded records and the reads behind it.
+
+The descriptor holds the catalog (shard ids, row counts, sizes) found once at construction.
+Everything that touches files is per process and lazy: the first read of a shard in a process
+opens it (downloading into the node cache and line-indexing if needed) and keeps the reader in a
+small LRU; pickling drops all of that, so a worker process starts clean.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from zephon.io.discovery import Catalog, discover
+from zephon.io.jsonl import JsonlShardReader
+from zephon.io.lines import compression_of
+from zephon.io.local_copy import Resources, ShardRef, local_jsonl, local_parquet, remote_jsonl_index
+from zephon.io.memory import InMemoryShard, MemoryShardReader
+from zephon.io.options import StoreOptions, resolve_store
+from zephon.io.parquet import ParquetShardReader
+from zephon.io.storage import Location
+
+__all__ = ["Dataset"]
+
+MAX_OPEN_SHARDS = 64
+
+
+class _Runtime:
+    """Per-process state of a dataset: resources and open shard readers."""
+
+    def __init__(self, store_options: StoreOptions | None) -> None:
+        self.pid = os.getpid()
+        self.res = Resources(resolve_store(store_options))
+        self.readers: OrderedDict[int, Any] = OrderedDict()
+        self.lock = threading.Lock()
+        self.opening: dict[int, threading.Lock] = {}
+
+
+class Dataset:
+    """Named records split into shards: JSONL, Parquet or in-memory.
+
+    Build with :meth:`from_path` or :meth:`from_dict`. Shard ids are sorted ints (positions in
+    the sorted listing or the index for files, the given keys for memory); shards without
+    records are left out.
+    """
+
+    def __init__(self, name: str, fmt: str, *, location: Location | None = None,
+                 catalog: Catalog | None = None, memory: dict[int, InMemoryShard] | None = None,
+                 store_options: StoreOptions | None = None) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"dataset name must be a non-empty string, got {name!r}")
+        self._name = name
+        self._fmt = fmt
+        self._location = location
+        self._catalog = catalog
+        self._memory = memory
+        self._store_options = store_options
+        self._runtime: _Runtime | None = None
+        self._runtime_lock = threading.Lock()
+        if memory is not None:
+            ids = sorted(memory)
+            self._ids = _frozen(ids)
+            self._counts = _frozen([len(memory[i]) for i in ids])
+        else:
+            assert catalog is not None
+            self._ids, self._counts = catalog.ids, catalog.counts
+        self._pos = {int(s): i for i, s in enumerate(self._ids.tolist())}
+
+    # -- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def from_path(cls, name: str, path: str | os.PathLike, *, fmt: str | None = None,
+                  storage_options: dict[str, Any] | None = None) -> Dataset:
+        """A dataset under a local directory or URL (``s3://``, ``gs://``, ``memory://`` ...).
+
+        ``fmt``: ``"jsonl"`` or ``"parquet"``; None detects it (index.json, then file names).
+        ``storage_options`` go to the fsspec filesystem (``endpoint_url``, ``key``, ...).
+        Raises FileNotFoundError for a missing path, ValueError for a path with no recognised
+        shards, an unsupported format or an empty dataset.
+        """
+        location = Location(os.fspath(path), dict(storage_options or {}))
+        runtime = _Runtime(None)
+        catalog = discover(name, location, fmt, runtime.res)
+        out = cls(name, catalog.fmt, location=location, catalog=catalog)
+        out._runtime = runtime  # keep the resources discovery used in this process
+        return out
+
+    @classmethod
+    def from_dict(cls, name: str, shards: Mapping[Any, InMemoryShard | Sequence[Any]]) -> Dataset:
+        """An in-memory dataset: ``{shard_id: InMemoryShard([...]) or list}``. Shard ids are
+        normalised to int and sorted; payloads are copied on every read, never mutated."""
+        if not isinstance(shards, Mapping) or not shards:
+            raise ValueError(f"dataset {name!r}: from_dict needs a non-empty dict of shards")
+        memory: dict[int, InMemoryShard] = {}
+        for key, shard in shards.items():
+            try:
+                sid = int(key)
+            except (TypeError, ValueError):
+                raise ValueError(f"dataset {name!r}: shard id {key!r} is not an integer") from None
+            if sid in memory:
+                raise ValueError(f"dataset {name!r}: shard id {sid} given twice")
+            if isinstance(shard, (str, bytes)) or not isinstance(shard, Iterable):
+                raise TypeError(f"dataset {name!r}: shard {key!r} must be an InMemoryShard or "
+                                f"a list of payloads, got {type(shard).__name__}")
+            items = InMemoryShard(list(shard))
+            if len(items):
+                memory[sid] = items
+        if not memory:
+            raise ValueError(f"dataset {name!r} is empty: {len(shards)} shard(s), no records")
+        return cls(name, "memory", memory=memory)
+
+    def with_store_options(self, options: StoreOptions | dict | None) -> Dataset:
+        """The same dataset read with other storage options (cache root, limits, ...)."""
+        opts = None if options is None else StoreOptions.coerce(options)
+        return Dataset(self._name, self._fmt, location=self._location, catalog=self._catalog,
+                       memory=self._memory, store_options=opts)
+
+    # -- pickling: descriptor only ------------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_runtime"] = None
+        state.pop("_runtime_lock")
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._runtime_lock = threading.Lock()
+
+    # -- catalog accessors --------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def fmt(self) -> str:
+        return self._fmt
+
+    @property
+    def url(self) -> str | None:
+        return None if self._location is None else self._location.url
+
+    def shard_count(self) -> int:
+        return len(self._ids)
+
+    def total(self) -> int:
+        return int(self._counts.sum())
+
+    def __len__(self) -> int:
+        return self.total()
+
+    def ids(self) -> np.ndarray:
+        return self._ids
+
+    def counts(self) -> np.ndarray:
+        return self._counts
+
+    def max_count(self) -> int:
+        return int(self._counts.max())
+
+    def raw_bytes(self) -> np.ndarray | None:
+        """Per-shard byte sizes aligned with ``ids()`` (decoded sizes for compressed JSONL);
+        None for in-memory datasets."""
+        return None if self._catalog is None else self._catalog.raw_bytes
+
+    def count(self, shard_id: int) -> int:
+        return int(self._counts[self._index(shard_id)])
+
+    def shard_name(self, shard_id: int) -> str:
+        """The shard's file path or URL (for messages), or ``memory:<id>``."""
+        if self._memory is not None:
+            self._index(shard_id)
+            return f"memory:{shard_id}"
+        return self._ref(shard_id).display
+
+    def __repr__(self) -> str:
+        where = f", url={self.url!r}" if self.url else ""
+        return (f"Dataset(name={self._name!r}, fmt={self._fmt!r}{where}, "
+                f"shards={self.shard_count()}, rows={self.total()})")
+
+    def _index(self, shard_id: int) -> int:
+        try:
+            return self._pos[int(shard_id)]
+        except (KeyError, TypeError, ValueError):
+            raise KeyError(f"dataset {self._name!r} has no shard {shard_id!r} "
+                           f"(ids {self._ids[:5].tolist()}...)") from None
+
+    def _ref(self, shard_id: int) -> ShardRef:
+        i = self._index(shard_id)
+        cat = self._catalog
+        assert cat is not None and self._location is not None
+        return ShardRef(self._name, self._location, cat.names[i], int(cat.sizes[i]),
+                        cat.versions[i], int(cat.counts[i]))
+
+    # -- per-process readers ------------------------------------------------------------------
+
+    def _rt(self) -> _Runtime:
+        rt = self._runtime
+        if rt is None or rt.pid != os.getpid():
+            with self._runtime_lock:
+                rt = self._runtime
+                if rt is None or rt.pid != os.getpid():  # first use, or a forked child
+                    rt = self._runtime = _Runtime(self._store_options)
+        return rt
+
+    def _reader(self, shard_id: int) -> Any:
+        rt = self._rt()
+        sid = int(shard_id)
+        with rt.lock:
+            reader = rt.readers.get(sid)
+            if reader is not None:
+                rt.readers.move_to_end(sid)
+                return reader
+            opening = rt.opening.setdefault(sid, threading.Lock())
+        with opening:  # one thread opens a shard; other shards open in parallel
+            with rt.lock:
+                reader = rt.readers.get(sid)
+            if reader is None:
+                reader = self._open(sid, rt.res)
+                with rt.lock:
+                    rt.readers[sid] = reader
+                    while len(rt.readers) > MAX_OPEN_SHARDS:
+                        rt.readers.popitem(last=False)[1].close()
+        return reader
+
+    def _open(self, shard_id: int, res: Resources) -> Any:
+        if self._memory is not None:
+            self._index(shard_id)
+            return MemoryShardReader(self._name, shard_id, self._memory[shard_id])
+        ref = self._ref(shard_id)
+        if self._fmt == "jsonl":
+            return JsonlShardReader(ref, res)
+        return ParquetShardReader(ref, res)
+
+    def read_table(self, shard_id: int, rows: np.ndarray | Sequence[int], *,
+                   columns: Sequence[str] | None = None) -> pa.Table:
+        """Rows of one shard as an Arrow table, in the order given (repeats allowed).
+
+        Raises ``NotColumnar`` when Arrow cannot hold the records exactly (use
+        :meth:`read_payloads`). Schema metadata ``b"zephon.sparse"`` lists columns in which a
+        null stands for a key the record does not have.
+        """
+        cols = None if columns is None else list(columns)
+        return self._reader(shard_id).read_table(np.asarray(rows, dtype=np.int64), cols)
+
+    def read_payloads(self, shard_id: int, rows: np.ndarray | Sequence[int]) -> list:
+        """Rows of one shard as fresh Python payloads (exact dicts for JSONL and Parquet)."""
+        return self._reader(shard_id).read_payloads(np.asarray(rows, dtype=np.int64))
+
+    def warm(self, shard_ids: Iterable[int]) -> None:
+        """Make shards ready for fast reads: download remote shards (and decode compressed
+        JSONL) into the node cache, line-index JSONL. Thread-safe; a no-op for memory."""
+        if self._memory is not None:
+            for sid in shard_ids:
+                self._index(sid)
+            return
+        res = self._rt().res
+        for sid in shard_ids:
+            ref = self._ref(sid)
+            if self._fmt == "jsonl":
+                ranged = (not ref.location.is_local and res.store.remote_reads == "ranges"
+                          and compression_of(ref.name) is None)
+                if ranged:
+                    remote_jsonl_index(ref, res)
+                else:
+                    local_jsonl(ref, res)
+            elif not ref.location.is_local:
+                local_parquet(ref, res)
+
+    def close(self) -> None:
+        """Close this process's open shard readers (they reopen on the next read)."""
+        rt = self._runtime
+        if rt is None or rt.pid != os.getpid():
+            return
+        with rt.lock:
+            readers = list(rt.readers.values())
+            rt.readers.clear()
+        for r in readers:
+            r.close()
+
+
+def _frozen(values: list[int]) -> np.ndarray:
+    a = np.asarray(values, dtype=np.int64)
+    a.setflags(write=False)
+    return a

@@ -1,0 +1,242 @@
+"""JSONL shards: random access through a line index, parsed by Arrow's C++ JSON reader.
+
+A read gathers the requested lines' byte spans (the ``lineindex`` kernel copies them out of a
+memory map; remote ``ranges`` mode fetches each run of consecutive lines with one ranged GET),
+parses them with ``pyarrow.json`` in one call and reorders with ``take``. When Arrow rejects
+the lines (types that change between records, a line that is not an object, broken JSON) the
+reader parses line by line with orjson, which also pinpoints the bad line. Absent keys versus
+explicit nulls: see records.py.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.json as pj
+
+from zephon._ext import kernel
+from zephon.block import NotColumnar
+from zephon.io.errors import DataError
+from zephon.io.lines import compression_of
+from zephon.io.local_copy import Resources, ShardRef, local_jsonl, remote_jsonl_index
+from zephon.io.records import (
+    arrow_member_counts,
+    has_nested_objects,
+    has_nulls,
+    table_from_dicts,
+    with_sparse,
+)
+
+__all__ = ["JsonlShardReader"]
+
+_BOM = b"\xef\xbb\xbf"
+
+
+class JsonlShardReader:
+    """One JSONL shard opened in this process: its line index plus a byte source."""
+
+    def __init__(self, ref: ShardRef, res: Resources) -> None:
+        self.ref = ref
+        self._arrow_ok = True
+        remote = not ref.location.is_local
+        self._ranges = (remote and res.store.remote_reads == "ranges"
+                        and compression_of(ref.name) is None)
+        self._bytes: np.ndarray | None = None
+        if self._ranges:
+            self._offsets = remote_jsonl_index(ref, res)
+        else:
+            path, self._offsets = local_jsonl(ref, res)
+            self._bytes = _map(path)
+        self.rows = len(self._offsets) - 1
+        if ref.rows is not None and self.rows != ref.rows:
+            raise DataError(f"shard holds {self.rows} records but {ref.rows} were counted at "
+                            "discovery: it changed since (rebuild index.json or recreate the "
+                            "Dataset)", dataset=ref.dataset, shard=ref.display)
+
+    def close(self) -> None:
+        self._bytes = None  # the map closes when the last view of it is gone
+
+    # -- byte spans ---------------------------------------------------------------------------
+
+    def _check_rows(self, rows: np.ndarray) -> None:
+        if len(rows) and (rows.min() < 0 or rows.max() >= self.rows):
+            bad = int(rows[(rows < 0) | (rows >= self.rows)][0])
+            raise IndexError(f"dataset {self.ref.dataset!r}, shard {self.ref.display}: row index "
+                             f"{bad} out of range for a shard of {self.rows} records")
+
+    def _gather(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The lines of ``rows`` laid end to end (in the given order) and their offsets."""
+        starts = np.ascontiguousarray(self._offsets[rows], dtype=np.int64)
+        ends = np.ascontiguousarray(self._offsets[rows + 1], dtype=np.int64)
+        if not self._ranges:
+            return kernel("lineindex").gather_spans(self._bytes, starts, ends)
+        uniq = np.unique(rows)
+        cut = np.flatnonzero(np.diff(uniq) != 1) + 1
+        first = uniq[np.concatenate(([0], cut))]
+        last = uniq[np.concatenate((cut - 1, [len(uniq) - 1]))]
+        try:
+            pieces = self.ref.location.read_ranges(self.ref.name, self._offsets[first].tolist(),
+                                                   self._offsets[last + 1].tolist())
+        except FileNotFoundError as e:
+            raise self.ref.missing(e) from e
+        run_bytes = np.frombuffer(b"".join(pieces), dtype=np.uint8)
+        run_base = np.concatenate(([0], np.cumsum([len(p) for p in pieces])))
+        run_of = np.searchsorted(first, rows, side="right") - 1
+        local = starts - self._offsets[first][run_of] + run_base[run_of]
+        return kernel("lineindex").gather_spans(run_bytes, local, local + (ends - starts))
+
+    def _line_number(self, row: int) -> int | None:
+        """1-based physical line of a record (blank lines count), when the bytes are local."""
+        if self._bytes is None:
+            return None
+        start, end = int(self._offsets[row]), int(self._offsets[row + 1])
+        span = self._bytes[start:end]
+        lead = np.flatnonzero((span != 32) & (span != 9) & (span != 13) & (span != 10))
+        first = start + (int(lead[0]) if len(lead) else 0)
+        return int(np.count_nonzero(self._bytes[:first] == 10)) + 1
+
+    def _error(self, message: str, row: int) -> DataError:
+        line = self._line_number(row)
+        return DataError(message, dataset=self.ref.dataset, shard=self.ref.display, line=line,
+                         row=None if line is not None else row + 1)
+
+    # -- parsing ------------------------------------------------------------------------------
+
+    def _parse_python(self, buf: np.ndarray, offs: np.ndarray, rows: np.ndarray) -> list[dict]:
+        raw = buf.tobytes()
+        out = []
+        for i, (a, b) in enumerate(zip(offs[:-1].tolist(), offs[1:].tolist())):
+            line = raw[a:b]
+            if rows[i] == 0 and line.lstrip().startswith(_BOM):
+                line = line.lstrip()[len(_BOM):]
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError as e:
+                try:  # the stdlib also takes NaN / Infinity and integers beyond 64 bits
+                    obj = json.loads(line)
+                except ValueError:
+                    raise self._error(f"malformed JSON: {e}", int(rows[i])) from None
+            if type(obj) is not dict:
+                raise self._error(f"record is not a JSON object (found {type(obj).__name__})",
+                                  int(rows[i]))
+            out.append(obj)
+        return out
+
+    def _parse_arrow(self, buf: np.ndarray, n: int) -> pa.Table | None:
+        source = pa.py_buffer(buf)
+        # 1 MiB blocks parse in parallel; Arrow unifies the blocks' inferred types
+        opts = pj.ReadOptions(use_threads=True, block_size=1 << 20)
+        try:
+            table = pj.read_json(pa.BufferReader(source), read_options=opts)
+            if table.num_rows != n:  # two objects on one line: let the line parser say where
+                return None
+            if any(_has_timestamp(f.type) for f in table.schema):
+                # Arrow turns ISO-8601 strings into timestamps; records hold strings
+                schema = pa.schema([f.with_type(_no_timestamps(f.type)) for f in table.schema])
+                table = pj.read_json(pa.BufferReader(source), read_options=opts,
+                                     parse_options=pj.ParseOptions(explicit_schema=schema))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None
+        return table
+
+    def _sparse(self, table: pa.Table, buf: np.ndarray, offs: np.ndarray,
+                rows: np.ndarray) -> list[str]:
+        """Columns whose nulls are absent keys; NotColumnar when that cannot be exact."""
+        if not has_nulls(table):
+            return []
+        k = kernel("lineindex")
+        starts, ends = offs[:-1], offs[1:]
+        sparse = []
+        absent_top = np.zeros(table.num_rows, dtype=np.int64)
+        for name in table.column_names:
+            col = table.column(name)
+            if not col.null_count:
+                continue
+            null_rows = np.flatnonzero(np.asarray(col.is_null().to_numpy(zero_copy_only=False)))
+            key = np.frombuffer(orjson.dumps(name)[1:-1], dtype=np.uint8)
+            found = k.key_presence(buf, np.ascontiguousarray(starts[null_rows]),
+                                   np.ascontiguousarray(ends[null_rows]), key)
+            for j in np.flatnonzero(found == 2).tolist():  # key written with escapes: parse
+                i = int(null_rows[j])
+                obj = self._parse_python(buf[starts[i]:ends[i]], np.array([0, ends[i] - starts[i]]),
+                                         rows[i:i + 1])[0]
+                found[j] = 1 if name in obj else 0
+            absent = found == 0
+            if absent.any():
+                if not absent.all():
+                    raise NotColumnar(f"column {name!r} holds both absent keys and nulls")
+                sparse.append(name)
+                absent_top[null_rows] += 1
+        if has_nested_objects(table.schema):
+            members = k.count_members(buf, offs)
+            if (arrow_member_counts(table) - members - absent_top).any():
+                raise NotColumnar("nested objects differ in their keys; Arrow would add nulls")
+        return sparse
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def read_table(self, rows: np.ndarray, columns: list[str] | None = None) -> pa.Table:
+        rows = np.asarray(rows, dtype=np.int64)
+        self._check_rows(rows)
+        if len(rows) == 0:
+            return pa.table({})
+        if len(rows) > 1 and not (np.diff(rows) > 0).all():
+            uniq, inverse = np.unique(rows, return_inverse=True)
+        else:
+            uniq, inverse = rows, None
+        buf, offs = self._gather(uniq)
+        table = self._parse_arrow(buf, len(uniq)) if self._arrow_ok else None
+        if table is not None:
+            table = with_sparse(table, self._sparse(table, buf, offs, uniq))
+        else:
+            self._arrow_ok = False  # this shard's records are heterogeneous: skip Arrow next time
+            table = table_from_dicts(self._parse_python(buf, offs, uniq))
+        if columns is not None:
+            table = table.select([c for c in columns if c in table.column_names])
+        if inverse is not None:
+            table = table.take(pa.array(inverse.ravel()))
+        return table
+
+    def read_payloads(self, rows: np.ndarray) -> list[dict]:
+        rows = np.asarray(rows, dtype=np.int64)
+        self._check_rows(rows)
+        if len(rows) == 0:
+            return []
+        buf, offs = self._gather(rows)
+        return self._parse_python(buf, offs, rows)
+
+
+def _map(path: str) -> np.ndarray:
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return np.empty(0, dtype=np.uint8)
+        return np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), dtype=np.uint8)
+
+
+def _has_timestamp(t: pa.DataType) -> bool:
+    if pa.types.is_timestamp(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_has_timestamp(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _has_timestamp(t.value_type)
+    return False
+
+
+def _no_timestamps(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_timestamp(t):
+        return pa.string()
+    if pa.types.is_struct(t):
+        return pa.struct([t.field(i).with_type(_no_timestamps(t.field(i).type))
+                          for i in range(t.num_fields)])
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_no_timestamps(t.value_type)))
+    if pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(_no_timestamps(t.value_type)))
+    return t

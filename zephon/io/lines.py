@@ -1,0 +1,169 @@
+"""JSONL line indexes: int64 byte offsets of every record line, built once per shard.
+
+An index is ``offsets`` with n + 1 entries; record i is ``bytes[offsets[i]:offsets[i+1]]``.
+Whitespace-only lines are not records: they stay attached to the record before them (leading
+ones to the first), so spans tile the file and JSON parsers skip the extra whitespace.
+
+Scanning runs the ``lineindex`` kernel over 16 MiB chunks of a stream, so a shard is indexed in
+the same pass that downloads or decompresses it; indexes are stored as ``.npy`` files in the
+node cache keyed by the shard's identity and version, so no process rescans a shard it has seen.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import threading
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from zephon._ext import kernel
+from zephon.io.errors import DataError
+
+__all__ = ["CHUNK", "compression_of", "decoded_reader", "scan_stream", "load_or_build"]
+
+CHUNK = 16 << 20
+_GZIP = (".gz", ".gzip")
+_ZSTD = (".zst", ".zstd")
+
+
+def compression_of(name: str) -> str | None:
+    lower = name.lower()
+    if lower.endswith(_GZIP):
+        return "gzip"
+    if lower.endswith(_ZSTD):
+        return "zstd"
+    return None
+
+
+class _ZstdReader:
+    """Streaming zstd decoder that notices truncation (a frame that never ends)."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        import zstandard
+
+        self._raw = raw
+        self._dctx = zstandard.ZstdDecompressor()
+        self._dobj = self._dctx.decompressobj()
+        self._in_frame = False
+        self._error = zstandard.ZstdError
+
+    def read(self, n: int) -> bytes:
+        out: list[bytes] = []
+        size = 0
+        while size < n:
+            data = self._raw.read(CHUNK)
+            if not data:
+                if self._in_frame:
+                    raise EOFError("zstd stream ended inside a frame (truncated file)")
+                break
+            while data:
+                self._in_frame = True
+                piece = self._dobj.decompress(data)
+                if piece:
+                    out.append(piece)
+                    size += len(piece)
+                if self._dobj.eof:
+                    data = self._dobj.unused_data
+                    self._dobj = self._dctx.decompressobj()
+                    self._in_frame = False
+                else:
+                    data = b""
+        return b"".join(out)
+
+
+def decoded_reader(raw: BinaryIO, name: str) -> Any:
+    """A ``read(n)`` view of a shard's records, decompressing ``.gz`` / ``.zst`` on the fly."""
+    kind = compression_of(name)
+    if kind == "gzip":
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    if kind == "zstd":
+        return _ZstdReader(raw)
+    return raw
+
+
+def scan_stream(read: Callable[[int], bytes], sink: Callable[[bytes], Any] | None = None,
+                *, dataset: str | None = None, shard: str | None = None) -> np.ndarray:
+    """Offsets of the records in a stream, feeding each chunk to ``sink`` (e.g. a cache file).
+
+    Decompression failures become DataError naming the shard.
+    """
+    k = kernel("lineindex")
+    starts: list[np.ndarray] = []
+    line_start, has_content = 0, False
+    total = 0
+    while True:
+        try:
+            chunk = read(CHUNK)
+        except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+            raise DataError(f"truncated or corrupt compressed data after {total} decoded "
+                            f"bytes: {e}", dataset=dataset, shard=shard) from e
+        except Exception as e:
+            if type(e).__name__ == "ZstdError":
+                raise DataError(f"corrupt zstd data after {total} decoded bytes: {e}",
+                                dataset=dataset, shard=shard) from e
+            raise
+        if not chunk:
+            break
+        if sink is not None:
+            sink(chunk)
+        s, line_start, has_content = k.scan_line_starts(
+            np.frombuffer(chunk, dtype=np.uint8), total, line_start, has_content)
+        if len(s):
+            starts.append(s)
+        total += len(chunk)
+    return finish_offsets(starts, total)
+
+
+def finish_offsets(starts: list[np.ndarray], total: int) -> np.ndarray:
+    if not starts:
+        return np.zeros(1, dtype=np.int64)
+    offsets = np.concatenate(starts + [np.array([total], dtype=np.int64)])
+    offsets[0] = 0  # leading blank lines belong to the first record
+    return offsets
+
+
+def scan_file(path: str | os.PathLike, *, dataset: str | None = None,
+              shard: str | None = None) -> np.ndarray:
+    with open(path, "rb") as f:
+        return scan_stream(f.read, dataset=dataset, shard=shard)
+
+
+_save_lock = threading.Lock()
+
+
+def save_index(path: Path, offsets: np.ndarray) -> None:
+    """Write atomically; a failure to persist (read-only cache, full disk) only costs a rescan."""
+    tmp = path.with_name(f"{path.name}.part-{os.getpid()}-{threading.get_ident()}.npy")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.save(tmp, np.ascontiguousarray(offsets, dtype=np.int64))
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def load_index(path: Path) -> np.ndarray | None:
+    try:
+        offsets = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (FileNotFoundError, ValueError, OSError):
+        return None
+    if offsets.dtype != np.int64 or offsets.ndim != 1 or len(offsets) == 0:
+        return None
+    return offsets
+
+
+def load_or_build(index_path: Path | None, build: Callable[[], np.ndarray]) -> np.ndarray:
+    """The stored index, else ``build()`` it and store it."""
+    if index_path is not None:
+        found = load_index(index_path)
+        if found is not None:
+            return found
+    offsets = build()
+    if index_path is not None:
+        save_index(index_path, offsets)
+    return offsets

@@ -1,0 +1,225 @@
+"""Parquet shards: row-group aware reads with a per-process LRU of decoded row groups.
+
+A read maps rows to row groups, decodes only the row groups (and columns) it needs that are not
+cached yet, and gathers the rows with ``take``. Random access inside a shard
+(``shuffle_within_shard``) therefore decodes each row group once while it stays in the LRU,
+instead of once per sample.
+
+Remote shards: a local copy in the node cache is used when present. Otherwise (``auto``) row
+groups are fetched as byte ranges (footer + column chunks) until this process has fetched half
+the shard's bytes; then the whole shard is downloaded once into the cache, since a pass that
+wants most of a shard is cheaper as one sequential download shared by every process.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from zephon.io.errors import DataError
+from zephon.io.local_copy import Resources, ShardRef, cached_parquet, local_parquet
+
+__all__ = ["ParquetShardReader", "RowGroupCache", "row_group_cache"]
+
+
+class RowGroupCache:
+    """Decoded row groups, least recently used evicted past ``limit_bytes`` (per process)."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.limit_bytes = limit_bytes
+        self._items: OrderedDict[tuple, pa.Table] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: tuple) -> pa.Table | None:
+        with self._lock:
+            table = self._items.get(key)
+            if table is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end(key)
+            self.hits += 1
+            return table
+
+    def put(self, key: tuple, table: pa.Table) -> None:
+        size = table.nbytes
+        with self._lock:
+            if key in self._items or size > self.limit_bytes:
+                return
+            self._items[key] = table
+            self._bytes += size
+            while self._bytes > self.limit_bytes and self._items:
+                _, old = self._items.popitem(last=False)
+                self._bytes -= old.nbytes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._bytes = 0
+            self.hits = self.misses = 0
+
+
+_cache: list[RowGroupCache] = []
+_cache_lock = threading.Lock()
+
+
+def row_group_cache(limit_bytes: int | None = None) -> RowGroupCache:
+    """The process's row-group cache; a larger requested limit raises the current one."""
+    with _cache_lock:
+        if not _cache:
+            _cache.append(RowGroupCache(256 << 20 if limit_bytes is None else limit_bytes))
+        elif limit_bytes is not None and limit_bytes > _cache[0].limit_bytes:
+            _cache[0].limit_bytes = limit_bytes
+        return _cache[0]
+
+
+class ParquetShardReader:
+    """One Parquet shard opened in this process."""
+
+    def __init__(self, ref: ShardRef, res: Resources) -> None:
+        self.ref = ref
+        self.res = res
+        self._lock = threading.Lock()
+        limit = res.store.rg_cache_bytes
+        self._cache = row_group_cache(limit) if limit > 0 else None
+        self._remote_file: Any = None
+        self._fetched = 0
+        self._open()
+        meta = self._file.metadata
+        counts = np.array([meta.row_group(i).num_rows for i in range(meta.num_row_groups)],
+                          dtype=np.int64)
+        self.rg_starts = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+        self.rows = int(self.rg_starts[-1])
+        self.columns = list(self._file.schema_arrow.names)
+        if ref.rows is not None and self.rows != ref.rows:
+            raise DataError(f"shard holds {self.rows} rows but {ref.rows} were counted at "
+                            "discovery: it changed since (rebuild index.json or recreate the "
+                            "Dataset)", dataset=ref.dataset, shard=ref.display)
+
+    def _open(self) -> None:
+        ref, mode = self.ref, self.res.store.remote_reads
+        path = None
+        if ref.location.is_local or mode == "whole":
+            path = local_parquet(ref, self.res)
+        else:
+            path = cached_parquet(ref, self.res)
+        try:
+            if path is not None:
+                self._file = pq.ParquetFile(path, memory_map=True)
+                self._local = True
+                return
+            try:
+                self._remote_file = ref.location.open(ref.name, "rb", cache_type="none")
+            except TypeError:  # filesystems without block caches
+                self._remote_file = ref.location.open(ref.name, "rb")
+            self._file = pq.ParquetFile(self._remote_file)
+            self._local = False
+        except FileNotFoundError as e:
+            raise ref.missing(e) from e
+        except pa.ArrowInvalid as e:
+            raise DataError(f"not a readable Parquet file (corrupt or truncated footer?): {e}",
+                            dataset=ref.dataset, shard=ref.display) from e
+
+    def close(self) -> None:
+        if self._remote_file is not None:
+            self._remote_file.close()
+            self._remote_file = None
+
+    def _check_columns(self, columns: list[str] | None) -> None:
+        if columns is None:
+            return
+        missing = [c for c in columns if c not in self.columns]
+        if missing:
+            raise ValueError(f"dataset {self.ref.dataset!r}, shard {self.ref.display}: no "
+                             f"column(s) {missing}; the shard has {self.columns}")
+
+    def _decode(self, groups: list[int], columns: list[str] | None) -> list[pa.Table]:
+        out = []
+        for g in groups:  # one call per group: read_row_groups([...]) is several times slower
+            try:
+                out.append(self._file.read_row_group(g, columns=columns, use_threads=False))
+            except FileNotFoundError as e:
+                raise self.ref.missing(e) from e
+            except (pa.ArrowInvalid, pa.ArrowIOError) as e:
+                first = int(self.rg_starts[g]) + 1
+                raise DataError(f"cannot decode row group {g}: {e}", dataset=self.ref.dataset,
+                                shard=self.ref.display, row=first) from e
+        if not self._local:
+            self._account(groups, columns)
+        return out
+
+    def _account(self, groups: list[int], columns: list[str] | None) -> None:
+        """Count fetched bytes; past half the shard, switch to a whole local copy."""
+        meta = self._file.metadata
+        wanted = None if columns is None else set(columns)
+        for g in groups:
+            rg = meta.row_group(g)
+            for c in range(rg.num_columns):
+                col = rg.column(c)
+                if wanted is None or col.path_in_schema.split(".")[0] in wanted:
+                    self._fetched += col.total_compressed_size
+        if self.res.store.remote_reads == "auto" and self._fetched * 2 >= max(self.ref.size, 1):
+            path = local_parquet(self.ref, self.res)
+            self.close()
+            self._file = pq.ParquetFile(path, memory_map=True)
+            self._local = True
+
+    def _groups(self, groups: np.ndarray, columns: list[str] | None) -> list[pa.Table]:
+        key_cols = None if columns is None else tuple(columns)
+        found: dict[int, pa.Table] = {}
+        if self._cache is None:
+            with self._lock:
+                return self._decode(groups.tolist(), columns)
+        for g in groups.tolist():
+            t = self._cache.get((self.ref.location.url, self.ref.name, g, key_cols))
+            if t is None and key_cols is not None:  # a full decode serves any projection
+                full = self._cache.get((self.ref.location.url, self.ref.name, g, None))
+                t = None if full is None else full.select(list(key_cols))
+            if t is not None:
+                found[g] = t
+        missing = [g for g in groups.tolist() if g not in found]
+        if missing:
+            with self._lock:
+                decoded = self._decode(missing, columns)
+            for g, t in zip(missing, decoded):
+                self._cache.put((self.ref.location.url, self.ref.name, g, key_cols), t)
+                found[g] = t
+        return [found[g] for g in groups.tolist()]
+
+    def read_table(self, rows: np.ndarray, columns: list[str] | None = None) -> pa.Table:
+        rows = np.asarray(rows, dtype=np.int64).ravel()
+        if len(rows) and (rows.min() < 0 or rows.max() >= self.rows):
+            bad = int(rows[(rows < 0) | (rows >= self.rows)][0])
+            raise IndexError(f"dataset {self.ref.dataset!r}, shard {self.ref.display}: row index "
+                             f"{bad} out of range for a shard of {self.rows} rows")
+        self._check_columns(columns)
+        if len(rows) == 0:
+            schema = self._file.schema_arrow
+            return schema.empty_table() if columns is None else schema.empty_table().select(columns)
+        rg_of = np.searchsorted(self.rg_starts, rows, side="right") - 1
+        groups = np.unique(rg_of)
+        tables = self._groups(groups, columns)
+        local = rows - self.rg_starts[rg_of]
+        if len(tables) == 1:
+            if (np.diff(local) == 1).all():  # a contiguous run: zero-copy slice
+                return tables[0].slice(int(local[0]), len(local))
+            return tables[0].take(pa.array(local))
+        # take inside each row group, then reorder the small result: a take over the
+        # concatenation would first copy every row group involved
+        order = np.argsort(rg_of, kind="stable")
+        cuts = np.searchsorted(rg_of[order], groups, side="left").tolist() + [len(rows)]
+        pieces = [t.take(pa.array(local[order[a:b]]))
+                  for t, a, b in zip(tables, cuts[:-1], cuts[1:])]
+        inverse = np.empty(len(rows), dtype=np.int64)
+        inverse[order] = np.arange(len(rows), dtype=np.int64)
+        return pa.concat_tables(pieces).combine_chunks().take(pa.array(inverse))
+
+    def read_payloads(self, rows: np.ndarray) -> list[dict]:
+        return self.read_table(rows).to_pylist()

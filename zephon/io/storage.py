@@ -1,0 +1,173 @@
+"""Where shards live: fsspec filesystem resolution, listing and object metadata.
+
+Any fsspec protocol works (local paths, ``file://``, ``memory://``, ``s3://`` through s3fs,
+``gs://``/``gcs://`` through gcsfs, ...). Filesystem objects are not pickled: a ``Location`` keeps
+the URL and ``storage_options`` and resolves the filesystem once per process, so fsspec's own
+configuration (``FSSPEC_S3_ENDPOINT_URL`` and friends) applies in every worker.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+__all__ = ["Location", "ObjectInfo", "with_retries"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One listed file: path relative to the dataset root, size and a version tag (ETag,
+    generation or mtime) that changes when the object is rewritten."""
+
+    name: str
+    size: int
+    version: str
+
+
+@dataclass
+class Location:
+    """A dataset root (local directory or object-store prefix) plus its storage options."""
+
+    url: str
+    storage_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._state: tuple[int, Any, str] | None = None
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"url": self.url, "storage_options": self.storage_options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.url = state["url"]
+        self.storage_options = state["storage_options"]
+        self.__post_init__()
+
+    def _resolve(self) -> tuple[Any, str]:
+        pid = os.getpid()
+        state = self._state
+        if state is None or state[0] != pid:
+            with self._lock:
+                state = self._state
+                if state is None or state[0] != pid:
+                    fs, root = fsspec.core.url_to_fs(self.url, **(self.storage_options or {}))
+                    state = (pid, fs, root.rstrip("/") or root)
+                    self._state = state
+        return state[1], state[2]
+
+    @property
+    def fs(self) -> Any:
+        return self._resolve()[0]
+
+    @property
+    def root(self) -> str:
+        """The root path in the filesystem's own notation (no protocol)."""
+        return self._resolve()[1]
+
+    @property
+    def is_local(self) -> bool:
+        return isinstance(self.fs, LocalFileSystem)
+
+    def path(self, name: str) -> str:
+        """Filesystem path of a file named relative to the root."""
+        return posixpath.join(self.root, name) if name else self.root
+
+    def display(self, name: str = "") -> str:
+        """A user-facing URL or path of a file, for messages."""
+        if self.is_local:
+            return self.path(name)
+        base = self.url.rstrip("/")
+        return f"{base}/{name}" if name else base
+
+    def check_root(self) -> None:
+        """FileNotFoundError naming the root when it does not exist; ValueError when a local
+        root is a file."""
+        fs, root = self._resolve()
+        if not fs.exists(root):
+            raise FileNotFoundError(f"dataset path not found: {self.display()}")
+        if self.is_local and not os.path.isdir(root):
+            raise ValueError(f"dataset path is not a directory: {self.display()}")
+
+    def exists(self, name: str) -> bool:
+        return self.fs.exists(self.path(name))
+
+    def list_files(self) -> list[ObjectInfo]:
+        """All files under the root, recursively, sorted by relative name. Hidden entries
+        (a path component starting with '.' or '_', e.g. ``_SUCCESS``) are skipped."""
+        fs, root = self._resolve()
+        found = fs.find(root, detail=True, withdirs=False)
+        out = []
+        prefix = root.rstrip("/") + "/"
+        for path, info in found.items():
+            rel = path[len(prefix):] if path.startswith(prefix) else posixpath.basename(path)
+            if not rel or any(part.startswith((".", "_")) for part in rel.split("/")):
+                continue
+            if info.get("type", "file") != "file":
+                continue
+            out.append(ObjectInfo(rel, int(info.get("size") or 0), version_of(info)))
+        out.sort(key=lambda o: o.name)
+        return out
+
+    def info(self, name: str) -> ObjectInfo:
+        return ObjectInfo(name, *_size_version(self.fs.info(self.path(name))))
+
+    def read_bytes(self, name: str) -> bytes:
+        return self.fs.cat_file(self.path(name))
+
+    def open(self, name: str, mode: str = "rb", **kwargs: Any) -> Any:
+        return self.fs.open(self.path(name), mode, **kwargs)
+
+    def read_ranges(self, name: str, starts: Iterable[int], ends: Iterable[int]) -> list[bytes]:
+        path = self.path(name)
+        starts, ends = list(starts), list(ends)
+        return self.fs.cat_ranges([path] * len(starts), starts, ends)
+
+
+def _size_version(info: dict[str, Any]) -> tuple[int, str]:
+    return int(info.get("size") or 0), version_of(info)
+
+
+def version_of(info: dict[str, Any]) -> str:
+    """A tag that changes when the object changes: ETag / generation / md5, else size + mtime."""
+    for key in ("ETag", "etag", "generation", "md5Hash", "version_id", "VersionId"):
+        value = info.get(key)
+        if value:
+            return f"{key}:{str(value).strip(chr(34))}"
+    mtime = info.get("mtime") or info.get("LastModified") or info.get("last_modified")
+    if hasattr(mtime, "timestamp"):
+        mtime = mtime.timestamp()
+    return f"size:{info.get('size')}:mtime:{mtime}"
+
+
+def with_retries(
+    fn: Callable[[], T],
+    *,
+    attempts: int,
+    initial_backoff: float,
+    max_backoff: float,
+    what: str,
+) -> T:
+    """Call ``fn`` until it succeeds, backing off on transient OSErrors. Missing files and
+    permission problems are not transient and are raised at once."""
+    delay = initial_backoff
+    for attempt in range(1, max(1, attempts) + 1):
+        try:
+            return fn()
+        except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError):
+            raise
+        except (OSError, TimeoutError) as e:
+            if attempt >= attempts:
+                raise OSError(f"{what} failed after {attempts} attempts: {e}") from e
+            time.sleep(delay)
+            delay = min(max_backoff, delay * 2)
+    raise AssertionError("unreachable")

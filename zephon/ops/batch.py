@@ -1,0 +1,74 @@
+"""batch: per-lane groups of ``microbatch_size`` records become one ``SampleBatch``."""
+
+from __future__ import annotations
+
+from zephon.block import Block
+from zephon.ops.base import BaseOp, LaneAccumulator, OpContext, OpTraits
+
+
+class BatchOp(BaseOp):
+    name = "batch"
+
+    def __init__(self, microbatch_size: int, *, drop_last: bool = True) -> None:
+        if int(microbatch_size) < 1:
+            raise ValueError(f"microbatch_size must be >= 1, got {microbatch_size}")
+        self.microbatch_size = int(microbatch_size)
+        self.drop_last = drop_last
+
+    def traits(self) -> OpTraits:
+        return OpTraits(preserves_cursor_order=True, batch_shape_sensitive=True)
+
+    def process_many(self, elems: list) -> list:
+        raise TypeError("batch runs on blocks inside the engine")
+
+    def is_serial(self) -> bool:
+        return True
+
+    def new_lane(self, lane_id: int, ctx: OpContext) -> LaneAccumulator:
+        return BatchLane(self.microbatch_size, self.drop_last)
+
+
+class BatchLane(LaneAccumulator):
+    def __init__(self, size: int, drop_last: bool) -> None:
+        self.size = size
+        self.drop_last = drop_last
+        self.pending: list[Block] = []
+        self.count = 0
+
+    def push(self, block: Block) -> list[Block]:
+        if not len(block):
+            return []
+        self.pending.append(block)
+        self.count += len(block)
+        if self.count < self.size:
+            return []
+        merged = Block.concat(self.pending)
+        full = (len(merged) // self.size) * self.size
+        out = [_as_batch(merged.slice(i, i + self.size)) for i in range(0, full, self.size)]
+        rest = merged.slice(full, len(merged))
+        self.pending = [rest] if len(rest) else []
+        self.count = len(rest)
+        return out
+
+    def flush(self) -> list[Block]:
+        if not self.pending:
+            return []
+        rest = Block.concat(self.pending)
+        self.pending, self.count = [], 0
+        return [] if self.drop_last else [_as_batch(rest)]
+
+    def held(self) -> int:
+        return self.count
+
+    def get_state(self) -> dict:
+        from zephon.engine.refs import refs_of
+
+        return {"held": refs_of(Block.concat(self.pending) if self.pending else None)}
+
+    def set_state(self, state: dict, held: Block | None) -> None:
+        self.pending = [held] if held is not None and len(held) else []
+        self.count = len(held) if held is not None else 0
+
+
+def _as_batch(block: Block) -> Block:
+    return Block(block.meta, block.payload, block.lineage, block.sparse, is_batch=True)

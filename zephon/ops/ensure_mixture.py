@@ -1,0 +1,144 @@
+"""ensure_mixture: per-lane buffers that keep the output on the target mixture (kernel:
+MixtureBalancer). Components are datasets; weights are token counts or 1 per sample."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from zephon.block import Block, ragged_column
+from zephon.engine.refs import refs_of
+from zephon.ops.base import BaseOp, LaneAccumulator, OpContext, OpTraits
+from zephon.ops.held_store import HeldStore
+from zephon.tokens.mixer import MixtureBalancer
+from zephon.types import records_from_block
+
+TOKEN_FIELDS = ("input_ids", "tokens", "token_ids", "ids")
+
+
+class EnsureMixtureOp(BaseOp):
+    name = "ensure_mixture"
+
+    def __init__(self, work_source: Any, *, max_buffer_size: int | None = 1000,
+                 drain_target_ratio: float = 0.8, obsolete_drain_rate: float = 0.1,
+                 weight_by: Any = "auto", warn_tolerance: float | None = None,
+                 mixture: Mapping[str, float] | None = None, tokenized: bool = True) -> None:
+        names = list(work_source.component_ids())
+        token_aware = getattr(work_source, "token_estimation", None) is not None
+        if token_aware and weight_by == "samples":
+            raise ValueError("ensure_mixture(weight_by='samples') cannot keep a token-aware "
+                             "mixture: its weights are in tokens")
+        if token_aware and not tokenized:
+            raise ValueError("ensure_mixture must come after tokenize with a token-aware "
+                             "work source (it weighs records by their tokens)")
+        if not (weight_by in ("auto", "samples") or isinstance(weight_by, str) or callable(weight_by)):
+            raise ValueError("weight_by must be 'auto', 'samples', a field name or a callable")
+        target = dict(mixture) if mixture is not None else dict(work_source.mixture.weights)
+        unknown = sorted(set(target) - set(names))
+        if unknown:
+            raise ValueError(f"ensure_mixture: unknown components {unknown}; known: {names}")
+        ids = work_source.component_ids()
+        total = float(sum(target.values()))
+        self.target = {ids[n]: float(w) / total for n, w in target.items()}
+        self.max_buffer_size = max_buffer_size
+        self.drain_target_ratio = drain_target_ratio
+        self.obsolete_drain_rate = obsolete_drain_rate
+        self.weight_by = weight_by
+        self.warn_tolerance = warn_tolerance
+        MixtureBalancer(self.target, max_buffer_size, drain_target_ratio, obsolete_drain_rate)
+
+    def traits(self) -> OpTraits:
+        return OpTraits(preserves_cursor_order=False)
+
+    def process_many(self, elems: list) -> list:
+        raise TypeError("ensure_mixture runs on blocks inside the engine")
+
+    def is_serial(self) -> bool:
+        return True
+
+    def new_lane(self, lane_id: int, ctx: OpContext) -> LaneAccumulator:
+        return MixtureLane(self, MixtureBalancer(self.target, self.max_buffer_size,
+                                                 self.drain_target_ratio, self.obsolete_drain_rate))
+
+    def weights(self, block: Block) -> np.ndarray:
+        wb = self.weight_by
+        if wb == "samples":
+            return np.ones(len(block), dtype=np.int64)
+        if callable(wb):
+            return np.asarray([float(wb(r)) for r in records_from_block(block)])
+        names = block.column_names()
+        field = next((f for f in TOKEN_FIELDS if f in names), None) if wb == "auto" else wb
+        if field is None or field not in names:
+            raise KeyError(f"ensure_mixture: weight_by={wb!r} found no token field "
+                           f"({', '.join(TOKEN_FIELDS)}) in records with fields {names}; "
+                           "place it after tokenize or pass weight_by='samples'")
+        col = block.payload.column(field)
+        if hasattr(col.type, "value_type"):
+            offsets, _ = ragged_column(block.payload, field)
+            return np.diff(offsets)
+        return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def components(block: Block) -> np.ndarray:
+    """Component of each record; a packed record counts for its largest contributor."""
+    comp = block.meta.get("comp_tokens")
+    if comp is not None:
+        return np.argmax(comp, axis=1).astype(np.int64)
+    return block.meta["dataset_id"]
+
+
+class MixtureLane(LaneAccumulator):
+    def __init__(self, op: EnsureMixtureOp, balancer: MixtureBalancer) -> None:
+        self.op = op
+        self.balancer = balancer
+        self.store = HeldStore()
+        self.next_id = 0
+        self.warned = False
+
+    def push(self, block: Block) -> list[Block]:
+        ids = np.arange(self.next_id, self.next_id + len(block), dtype=np.int64)
+        self.next_id += len(block)
+        emit = self.balancer.push(components(block), self.op.weights(block), ids)
+        self.store.add(block, ids)
+        self._check_drift()
+        return [self.store.pop(emit)] if len(emit) else []
+
+    def flush(self) -> list[Block]:
+        res = self.balancer.flush()
+        out = [self.store.pop(res.emitted)] if len(res.emitted) else []
+        if len(res.dropped):
+            warnings.warn(f"ensure_mixture (strict) dropped {len(res.dropped)} records that "
+                          "could not be placed on target at the end of the stream", stacklevel=2)
+        self.store.set(None, np.empty(0, dtype=np.int64))
+        self.next_id = 0
+        return out
+
+    def _check_drift(self) -> None:
+        tol = self.op.warn_tolerance
+        if tol is None or self.warned:
+            return
+        shares = self.balancer.realized_shares()
+        if shares.sum() == 0:
+            return
+        for comp, want in self.op.target.items():
+            have = shares[comp] if comp < len(shares) else 0.0
+            if abs(have - want) > tol:
+                warnings.warn(f"ensure_mixture: component {comp} at {have:.3f} vs target "
+                              f"{want:.3f} (tolerance {tol})", stacklevel=3)
+                self.warned = True
+                return
+
+    def held(self) -> int:
+        return len(self.store)
+
+    def get_state(self) -> dict:
+        return {"balancer": self.balancer.get_state(), "held": refs_of(self.store.block()),
+                "held_ids": self.store.ids.copy(), "next_id": self.next_id}
+
+    def set_state(self, state: dict, held: Block | None) -> None:
+        self.balancer = MixtureBalancer.from_state(self.balancer.config, state["balancer"])
+        self.store.set(held, np.asarray(state["held_ids"], dtype=np.int64))
+        self.next_id = int(state["next_id"])

@@ -1,0 +1,48 @@
+"""Operator errors that name the operator and the record at fault."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from zephon.block import Block
+
+
+class ZephonError(RuntimeError):
+    """Base of errors raised by the engine on behalf of an operator."""
+
+
+class OperatorError(ZephonError):
+    """An operator failed; ``op_name`` and, where known, ``sample_id`` say where."""
+
+    def __init__(self, op_name: str, sample_id: Any, message: str) -> None:
+        self.op_name = op_name
+        self.sample_id = sample_id
+        where = f" on sample {sample_id}" if sample_id is not None else ""
+        super().__init__(f"operator {op_name}{where}: {message}")
+
+    def __reduce__(self):
+        return (OperatorError, (self.op_name, self.sample_id, self.args[0]))
+
+
+@contextmanager
+def wrap_op_error(op_name: str, blocks: Sequence[Block] | None = None) -> Iterator[None]:
+    """Attach the operator's name to exceptions that do not already say where they came from."""
+    try:
+        yield
+    except (ZephonError, KeyboardInterrupt, GeneratorExit):
+        raise
+    except Exception as e:
+        if getattr(e, "dataset", None) is not None:  # data errors already say where
+            raise
+        sample = None
+        if blocks:
+            first = next((b for b in blocks if len(b)), None)
+            if first is not None and len(first) == 1:
+                sample = first.ids()[0]
+        if isinstance(e, (ValueError, TypeError, KeyError)):
+            # keep the type users catch, but say which operator raised it
+            e.args = (f"[{op_name}] {e.args[0] if e.args else ''}",) + tuple(e.args[1:])
+            raise
+        raise OperatorError(op_name, sample, f"{type(e).__name__}: {e}") from e

@@ -1,0 +1,100 @@
+"""fetch: pointers in, payload records out (the implicit first operator of every pipeline)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from zephon.block import Block, NotColumnar
+from zephon.ops.base import BaseOp, OpTraits
+
+DEFAULT_FETCH_BATCH = 1024
+
+
+class FetchOp(BaseOp):
+    """Groups a block's pointers per shard, reads each group in one call, restores pointer order.
+
+    Reads go through ``Dataset.read_table`` (columnar, one call per shard and block); formats or
+    payloads that Arrow cannot hold come back as Python payloads through ``read_payloads``.
+    """
+
+    name = "fetch"
+
+    def __init__(self, datasets: Sequence, parallelism: int | None = None,
+                 max_batch: int | None = None) -> None:
+        if parallelism is not None and parallelism < 1:
+            raise ValueError(f"fetch parallelism must be >= 1, got {parallelism}")
+        if max_batch is not None and max_batch < 1:
+            raise ValueError(f"fetch max_batch must be >= 1, got {max_batch}")
+        self.datasets = list(datasets)
+        self.parallelism = parallelism
+        self.max_batch = max_batch or DEFAULT_FETCH_BATCH
+
+    def traits(self) -> OpTraits:
+        return OpTraits(preserves_cursor_order=True, parallelism=self.parallelism or 1)
+
+    def process_many(self, elems: list) -> list:
+        raise TypeError("fetch runs on pointer blocks only")
+
+    def process_block(self, block: Block) -> Block:
+        n = len(block)
+        if n == 0:
+            return block.with_table(pa.table({}))
+        ds_ids = block.meta["dataset_id"]
+        shards = block.meta["shard_id"]
+        rows = block.meta["sample_idx"]
+        order = np.lexsort((shards, ds_ids))
+        key_d, key_s = ds_ids[order], shards[order]
+        cut = np.flatnonzero((np.diff(key_d) != 0) | (np.diff(key_s) != 0)) + 1
+        starts = np.concatenate(([0], cut))
+        stops = np.concatenate((cut, [n]))
+        parts: list = []
+        columnar = True
+        for a, b in zip(starts.tolist(), stops.tolist()):
+            ds = self.datasets[int(key_d[a])]
+            sel = rows[order[a:b]]
+            part = None
+            if columnar:
+                try:
+                    part = ds.read_table(int(key_s[a]), sel)
+                except NotColumnar:
+                    columnar = False
+                    parts = [self._as_payloads(p) for p in parts]
+            if part is None:
+                part = ds.read_payloads(int(key_s[a]), sel)
+            parts.append(part)
+        inverse = np.empty(n, dtype=np.int64)
+        inverse[order] = np.arange(n, dtype=np.int64)
+        if columnar:
+            sparse = frozenset().union(*(_sparse_of(p) for p in parts))
+            names = [tuple(p.column_names) for p in parts]
+            if any(x != names[0] for x in names):
+                sparse |= {c for x in names for c in x if any(c not in y for y in names)}
+            try:
+                table = pa.concat_tables(parts, promote_options="permissive") if len(parts) > 1 else parts[0]
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                payloads = [r for p in parts for r in self._as_payloads(p)]
+                return Block(block.meta, [payloads[i] for i in inverse.tolist()], block.lineage)
+            if len(parts) > 1 or not np.array_equal(order, np.arange(n)):
+                table = table.take(pa.array(inverse))
+            return Block(block.meta, table, block.lineage, frozenset(sparse))
+        payloads = [r for p in parts for r in p]
+        return Block(block.meta, [payloads[i] for i in inverse.tolist()], block.lineage)
+
+    @staticmethod
+    def _as_payloads(part) -> list:
+        if isinstance(part, pa.Table):
+            return Block({"sample_idx": np.zeros(part.num_rows, np.int64)}, part,
+                         sparse=_sparse_of(part)).payload_list()
+        return list(part)
+
+
+def _sparse_of(table: pa.Table) -> frozenset[str]:
+    """Columns a reader marked as 'absent where null' (schema metadata key b'zephon.sparse')."""
+    md = table.schema.metadata or {}
+    raw = md.get(b"zephon.sparse")
+    if not raw:
+        return frozenset()
+    return frozenset(x for x in raw.decode().split(",") if x)

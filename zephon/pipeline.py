@@ -1,0 +1,216 @@
+"""The pipeline builder: records the operator chain and options, nothing else.
+
+Each builder call appends one operator and returns the same ``Pipeline`` (fluent). Nothing runs
+until iteration; then ``zephon.engine`` compiles the chain and runs it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from zephon.ops.base import BaseOp
+from zephon.ops.batch import BatchOp
+from zephon.ops.decode_text import DecodeTextOp
+from zephon.ops.map_transform import MapBatchOp, MapTransformOp
+from zephon.options import RuntimeOptions
+
+
+class Pipeline:
+    """A lazily built chain of operators over a WorkSource. Iterate it to get batches."""
+
+    def __init__(self, work_source: Any) -> None:
+        if not hasattr(work_source, "lane_chunk"):
+            raise TypeError("Pipeline needs a WorkSource such as StaticMixtureWorkSource")
+        self.work_source = work_source
+        self._ops: list[BaseOp] = []
+        self._fetch_kw: dict[str, Any] = {}
+        self._prefetch: dict[str, Any] | None = None
+        self._options = RuntimeOptions()
+        self._observability: dict[str, Any] | None = None
+        self._pending_restore: dict | None = None
+        self._runtime = None  # live engine session; never pickled
+
+    # -- pickling: drop the live runtime, keep graph, options, pending restore -------------------
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_runtime"] = None
+        return state
+
+    def _changed(self) -> None:
+        if self._runtime is not None:
+            self._runtime.close()
+            self._runtime = None
+
+    def _append(self, op: BaseOp) -> Pipeline:
+        if any(isinstance(o, BatchOp) for o in self._ops) and not getattr(op, "after_batch_ok", False):
+            if not isinstance(op, MapBatchOp):
+                warnings.warn(f"{op.op_name} placed after batch: it will see SampleBatch items",
+                              stacklevel=3)
+        self._ops.append(op)
+        self._changed()
+        return self
+
+    # -- builder: fetch side -------------------------------------------------------------------
+
+    def fetch(self, parallelism: int | None = None, max_batch: int | None = None) -> Pipeline:
+        """Tune the implicit fetch operator (worker count, micro-batch size)."""
+        from zephon.ops.fetch import FetchOp
+
+        FetchOp([], parallelism, max_batch)  # validates
+        self._fetch_kw = {"parallelism": parallelism, "max_batch": max_batch}
+        self._changed()
+        return self
+
+    fetch_parallelism = fetch
+
+    def prefetch(self, buffer_size: int = 1024, parallelism: int | None = None, *,
+                 placement: str = "local") -> Pipeline:
+        if self._prefetch is not None:
+            raise RuntimeError("prefetch() may be called at most once per pipeline")
+        if buffer_size < 1:
+            raise ValueError(f"prefetch buffer_size must be >= 1, got {buffer_size}")
+        self._prefetch = {"buffer_size": int(buffer_size), "parallelism": parallelism or 4}
+        self._changed()
+        return self
+
+    # -- builder: record operators -------------------------------------------------------------
+
+    def decode_text(self, parallelism: int | None = None, **kw: Any) -> Pipeline:
+        return self._append(DecodeTextOp(parallelism=parallelism, **kw))
+
+    def map_transform(self, fn: Callable[[Any], Any], *, drop_none: bool = True,
+                      placement: str = "auto", parallelism: int | None = None) -> Pipeline:
+        return self._append(MapTransformOp(fn, drop_none=drop_none, parallelism=parallelism))
+
+    def map_batch(self, fn: Callable[[Any], Any], *, drop_none: bool = True,
+                  placement: str = "auto", parallelism: int | None = None) -> Pipeline:
+        if not any(isinstance(o, BatchOp) for o in self._ops):
+            raise ValueError("map_batch must come after batch()")
+        return self._append(MapBatchOp(fn, drop_none=drop_none, parallelism=parallelism))
+
+    def batch(self, microbatch_size: int, *, drop_last: bool = True,
+              placement: str = "auto") -> Pipeline:
+        if any(isinstance(o, BatchOp) for o in self._ops):
+            raise ValueError("batch() may appear only once")
+        return self._append(BatchOp(microbatch_size, drop_last=drop_last))
+
+    def tokenize(self, tokenizer: Any = None, tokenizer_id: str | None = None, *, field: str,
+                 **kw: Any) -> Pipeline:
+        from zephon.ops.tokenize import TokenizeOp
+
+        return self._append(TokenizeOp(tokenizer, tokenizer_id, field=field, **kw))
+
+    def shuffle(self, buffer_size: int | None = None, *, seed: int = 0,
+                algorithm: str = "streaming", warmup_growth: float = 1.5,
+                placement: str = "auto", parallelism: int | None = None) -> Pipeline:
+        from zephon.ops.shuffle import ShuffleOp
+
+        return self._append(ShuffleOp(8192 if buffer_size is None else buffer_size, seed=seed,
+                                      algorithm=algorithm, warmup_growth=warmup_growth))
+
+    def ensure_mixture(self, *, max_buffer_size: int | None = 1000,
+                       drain_target_ratio: float = 0.8, obsolete_drain_rate: float = 0.1,
+                       weight_by: Any = "auto", warn_tolerance: float | None = None,
+                       mixture: Mapping[str, float] | None = None, placement: str = "auto",
+                       parallelism: int | None = None) -> Pipeline:
+        from zephon.ops.ensure_mixture import EnsureMixtureOp
+
+        return self._append(EnsureMixtureOp(
+            self.work_source, max_buffer_size=max_buffer_size,
+            drain_target_ratio=drain_target_ratio, obsolete_drain_rate=obsolete_drain_rate,
+            weight_by=weight_by, warn_tolerance=warn_tolerance, mixture=mixture,
+            tokenized=any(o.op_name == "tokenize" for o in self._ops)))
+
+    def pack_flat(self, max_length: int, **kw: Any) -> Pipeline:
+        from zephon.ops.pack import PackOp
+
+        return self._append(PackOp(max_length, flat=True, work_source=self.work_source, **kw))
+
+    def pack_sequences(self, max_length: int, **kw: Any) -> Pipeline:
+        from zephon.ops.pack import PackOp
+
+        return self._append(PackOp(max_length, flat=False, work_source=self.work_source, **kw))
+
+    def materialize(self, placement: str = "auto", parallelism: int | None = None) -> Pipeline:
+        """Payloads are always materialised in Zephon; kept for API compatibility."""
+        return self
+
+    # -- options and inspection ----------------------------------------------------------------
+
+    def options(self, **kw: Any) -> Pipeline:
+        self._options.update(**kw)
+        self._changed()
+        return self
+
+    def enable_observability(self, tracking: str = "nodes", *, sink: Any = None) -> Pipeline:
+        if tracking not in ("off", "stages", "nodes"):
+            raise ValueError(f"tracking must be off|stages|nodes, got {tracking!r}")
+        self._observability = {"tracking": tracking, "sink": sink}
+        self._changed()
+        return self
+
+    def explain(self) -> str:
+        from zephon.engine.explain import explain
+
+        return explain(self)
+
+    # -- running -------------------------------------------------------------------------------
+
+    def _all_ops(self) -> list[BaseOp]:
+        from zephon.ops.fetch import FetchOp
+
+        datasets = self.work_source.datasets_by_id
+        datasets = [datasets[i] for i in sorted(datasets)] if isinstance(datasets, Mapping) else list(datasets)
+        return [FetchOp(datasets, **self._fetch_kw), *self._ops]
+
+    def __iter__(self) -> Iterator[Any]:
+        from zephon.engine.session import Session
+
+        if self._runtime is not None and self._runtime.active:
+            raise RuntimeError("this pipeline is already being iterated; only one iterator may be active")
+        if self._runtime is not None:
+            self._runtime.close()
+        self._runtime = Session(self)
+        return iter(self._runtime)
+
+    def checkpoint(self) -> dict:
+        """A small JSON-serializable description of the delivered position."""
+        from zephon.engine.session import checkpoint_of
+
+        return checkpoint_of(self)
+
+    def restore(self, state: Mapping[str, Any]) -> Pipeline:
+        from zephon.engine.checkpoint import validate_checkpoint
+
+        validate_checkpoint(state, self)
+        self._changed()
+        self._pending_restore = dict(state)
+        return self
+
+    def close(self) -> None:
+        self._changed()
+
+    def to_torch_dataset(self, stateful: bool = True) -> Any:
+        from zephon.torch import PipelineIterableDataset
+
+        return PipelineIterableDataset(self, stateful=stateful)
+
+    def to_indexable_torch_dataset(self) -> Any:
+        raise RuntimeError(
+            "this pipeline is not indexable: a StaticMixtureWorkSource has no map-style access; "
+            "use to_torch_dataset()")
+
+    @property
+    def is_indexable(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        names = ["fetch", *(o.op_name for o in self._ops)]
+        return f"Pipeline({' -> '.join(names)})"
+
+
+def _names(ops: Sequence[BaseOp]) -> list[str]:
+    return [o.op_name for o in ops]

@@ -1,0 +1,238 @@
+"""User-facing record types: thin views over columnar blocks.
+
+``SampleRecord`` / ``SampleMeta`` are built only when user code asks for them (``batch.records``,
+a ``map_transform`` callback, ``add_op``); built-in operators never create them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Union
+
+import numpy as np
+
+from zephon.block import Block
+
+SampleId = tuple[int, int, int]
+LineagePath = tuple[int, ...]
+SampleCursorKey = tuple[int, int, LineagePath, SampleId]
+DatasetId = int
+ShardId = int
+SampleIdx = int
+LaneId = int
+ChunkId = int
+SamplePayload = Any
+SamplePayloadDict = dict[str, Any]
+
+
+@dataclass(frozen=True, order=True)
+class SampleCursor:
+    """Identity of a record within a lane; ordered by (chunk_id, chunk_offset, lineage, id)."""
+
+    chunk_id: int
+    chunk_offset: int
+    lineage: LineagePath = ()
+    sample_id: SampleId = (0, 0, 0)
+
+    def as_key(self) -> SampleCursorKey:
+        return (self.chunk_id, self.chunk_offset, self.lineage, self.sample_id)
+
+    def child(self, i: int) -> SampleCursor:
+        return replace(self, lineage=self.lineage + (int(i),))
+
+    @property
+    def base_offset(self) -> tuple[int, int]:
+        return (self.chunk_id, self.chunk_offset)
+
+
+@dataclass(frozen=True)
+class ContributorRef:
+    """Which base offset a record derives from, and whether this record closes it."""
+
+    cursor: SampleCursor
+    is_last_child: bool = True
+
+
+@dataclass(frozen=True)
+class SampleMeta:
+    sample_id: SampleId
+    lane_id: int = 0
+    chunk_id: int = 0
+    chunk_offset: int = 0
+    component_sample_counts: dict[int, int] | None = None
+    component_token_counts: dict[int, int] | None = None
+    lineage: LineagePath = ()
+    tags: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cursor(self) -> SampleCursor:
+        return SampleCursor(self.chunk_id, self.chunk_offset, self.lineage, self.sample_id)
+
+    @property
+    def contributors(self) -> tuple[ContributorRef, ...]:
+        return tuple(self.tags.get("_contributors", ()))
+
+    @property
+    def tombstone(self) -> bool:
+        return bool(self.tags.get("_tombstone", False))
+
+    @property
+    def is_flush_sentinel(self) -> bool:
+        return bool(self.tags.get("_flush_sentinel", False))
+
+    @property
+    def is_sentinel(self) -> bool:
+        return self.is_flush_sentinel
+
+    @property
+    def padding_length(self) -> int | None:
+        info = self.tags.get("_packing_metadata")
+        return None if info is None else int(info.get("padding_length", 0))
+
+    def child(self, i: int) -> SampleMeta:
+        return replace(self, lineage=self.lineage + (int(i),))
+
+    def with_lineage(self, lineage: LineagePath) -> SampleMeta:
+        return replace(self, lineage=tuple(lineage))
+
+    def with_contributors(self, refs: tuple[ContributorRef, ...]) -> SampleMeta:
+        return replace(self, tags={**self.tags, "_contributors": tuple(refs)})
+
+    def with_tombstone(self) -> SampleMeta:
+        return replace(self, tags={**self.tags, "_tombstone": True})
+
+    def contribution_refs(self) -> tuple[ContributorRef, ...]:
+        return self.contributors or (ContributorRef(self.cursor, True),)
+
+
+@dataclass
+class SampleRecord:
+    meta: SampleMeta
+    payload: Any
+
+    def __repr__(self) -> str:
+        return f"SampleRecord(id={self.meta.sample_id}, lane={self.meta.lane_id}, payload={self.payload!r:.80})"
+
+
+def records_from_block(block: Block) -> list[SampleRecord]:
+    """Per-record views of a block (user-facing only)."""
+    m = block.meta
+    payloads = block.payload_list()
+    lineages = block.lineage_tuples()
+    cols = [m[k].tolist() for k in ("dataset_id", "shard_id", "sample_idx", "lane_id",
+                                     "chunk_id", "chunk_offset")]
+    pad = m.get("padding_length")
+    pad_list = pad.tolist() if pad is not None else None
+    comp_s = m.get("comp_samples")
+    comp_t = m.get("comp_tokens")
+    out = []
+    for i, (d, s, x, lane, c, off) in enumerate(zip(*cols)):
+        tags: dict[str, Any] = {}
+        if pad_list is not None and pad_list[i] >= 0:
+            tags["_packing_metadata"] = {"padding_length": pad_list[i]}
+        cs = _counts(comp_s, i) if comp_s is not None else {d: 1}
+        ct = _counts(comp_t, i) if comp_t is not None else None
+        meta = SampleMeta((d, s, x), lane, c, off, cs, ct, lineages[i], tags)
+        out.append(SampleRecord(meta, payloads[i]))
+    return out
+
+
+def _counts(mat: np.ndarray, i: int) -> dict[int, int]:
+    row = mat[i]
+    nz = np.flatnonzero(row)
+    return {int(k): int(row[k]) for k in nz}
+
+
+def block_from_records(records: list[SampleRecord], *, is_batch: bool = False) -> Block:
+    """Lay user-built records back out as a block (after a user callback)."""
+    for r in records:
+        if not isinstance(r, SampleRecord):
+            raise TypeError(
+                f"Unsupported element type {type(r).__name__}: operators must return "
+                "SampleRecord objects (keep record.meta, replace record.payload)"
+            )
+    n = len(records)
+    meta = {
+        "dataset_id": np.fromiter((r.meta.sample_id[0] for r in records), np.int64, n),
+        "shard_id": np.fromiter((r.meta.sample_id[1] for r in records), np.int64, n),
+        "sample_idx": np.fromiter((r.meta.sample_id[2] for r in records), np.int64, n),
+        "lane_id": np.fromiter((r.meta.lane_id for r in records), np.int64, n),
+        "chunk_id": np.fromiter((r.meta.chunk_id for r in records), np.int64, n),
+        "chunk_offset": np.fromiter((r.meta.chunk_offset for r in records), np.int64, n),
+    }
+    pads = [r.meta.padding_length for r in records]
+    if any(p is not None for p in pads):
+        meta["padding_length"] = np.array([-1 if p is None else p for p in pads], dtype=np.int64)
+    depth = max((len(r.meta.lineage) for r in records), default=0)
+    lineage = np.full((n, depth), -1, dtype=np.int32)
+    for i, r in enumerate(records):
+        if r.meta.lineage:
+            lineage[i, : len(r.meta.lineage)] = r.meta.lineage
+    base = Block(meta, None, lineage, is_batch=is_batch)
+    return base.with_payloads([r.payload for r in records])
+
+
+class SampleBatch:
+    """A training micro-batch: records of exactly one lane, as a view over a columnar block."""
+
+    __slots__ = ("_block", "_records")
+
+    def __init__(self, records: list[SampleRecord] | None = None, *, _block: Block | None = None):
+        if _block is None:
+            _block = block_from_records(list(records or []), is_batch=True)
+            self._records: list[SampleRecord] | None = list(records or [])
+        else:
+            self._records = None
+        self._block = _block
+
+    @classmethod
+    def _from_block(cls, block: Block) -> SampleBatch:
+        return cls(_block=block)
+
+    @property
+    def block(self) -> Block:
+        return self._block
+
+    @property
+    def records(self) -> list[SampleRecord]:
+        if self._records is None:
+            self._records = records_from_block(self._block)
+        return self._records
+
+    @property
+    def ids(self) -> list[SampleId]:
+        return self._block.ids()
+
+    @property
+    def lane_ids(self) -> list[int]:
+        return self._block.meta["lane_id"].tolist()
+
+    @property
+    def chunk_ids(self) -> list[int]:
+        return self._block.meta["chunk_id"].tolist()
+
+    @property
+    def lineage_paths(self) -> list[LineagePath]:
+        return self._block.lineage_tuples()
+
+    def __len__(self) -> int:
+        return len(self._block)
+
+    def __iter__(self):
+        return iter(self.records)
+
+    def __getitem__(self, i: int) -> SampleRecord:
+        return self.records[i]
+
+    def __repr__(self) -> str:
+        lanes = sorted(set(self.lane_ids))
+        return f"SampleBatch(len={len(self)}, lanes={lanes})"
+
+    def to_training(self, **kwargs: Any) -> dict[str, Any]:
+        """Training tensors from the columnar batch (see ``zephon.training``)."""
+        from zephon.training import batch_to_training
+
+        return batch_to_training(self._block, **kwargs)
+
+
+StreamItem = Union[SampleRecord, SampleBatch]

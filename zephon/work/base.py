@@ -1,0 +1,154 @@
+"""The WorkSource interface and the WorkChunk it produces."""
+
+from __future__ import annotations
+
+import copy
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+SampleId = tuple[int, int, int]  # (dataset_id, shard_id, sample_idx)
+
+
+@dataclass(frozen=True, eq=False)
+class WorkChunk:
+    """A bundle of sample pointers for one lane, column-wise and already in read order.
+
+    ``dataset_id[i], shard_id[i], sample_idx[i]`` is the i-th pointer to read. ``chunk_id``
+    counts the lane's chunks (0, 1, 2, ...); ``global_index`` is the chunk's place in the
+    global curriculum. ``components`` regroups the pointers by component name on demand (for
+    code written against the reference API); the engine uses the arrays.
+    """
+
+    dataset_id: np.ndarray
+    shard_id: np.ndarray
+    sample_idx: np.ndarray
+    lane_id: int = 0
+    chunk_id: int = 0
+    global_index: int = 0
+    seed: int = 0
+    target_mixture: dict[str, float] | None = None
+    component_names: tuple[str, ...] = field(default=(), repr=False)
+
+    def __post_init__(self) -> None:
+        for name in ("dataset_id", "shard_id", "sample_idx"):
+            arr = np.ascontiguousarray(getattr(self, name), dtype=np.int64)
+            arr.flags.writeable = False  # chunks are shared by reference; nobody may edit them
+            object.__setattr__(self, name, arr)
+        if not (self.dataset_id.shape == self.shard_id.shape == self.sample_idx.shape):
+            raise ValueError("dataset_id, shard_id and sample_idx must have the same length")
+
+    def __len__(self) -> int:
+        return int(self.dataset_id.shape[0])
+
+    def _name(self, dataset_id: int) -> str:
+        if 0 <= dataset_id < len(self.component_names):
+            return self.component_names[dataset_id]
+        return str(dataset_id)
+
+    @property
+    def components(self) -> dict[str, list[SampleId]]:
+        """Component name -> its pointers in read order (every component, maybe empty)."""
+        out: dict[str, list[SampleId]] = {n: [] for n in self.component_names}
+        for d, s, i in zip(self.dataset_id.tolist(), self.shard_id.tolist(),
+                           self.sample_idx.tolist()):
+            out.setdefault(self._name(d), []).append((d, s, i))
+        return out
+
+    def counts(self) -> dict[str, int]:
+        """Pointers per component name."""
+        n = max(len(self.component_names), int(self.dataset_id.max()) + 1 if len(self) else 0)
+        bins = np.bincount(self.dataset_id, minlength=n)
+        return {self._name(d): int(bins[d]) for d in range(n)}
+
+    def pointers(self) -> list[SampleId]:
+        """All pointers as tuples, in read order."""
+        return list(zip(self.dataset_id.tolist(), self.shard_id.tolist(),
+                        self.sample_idx.tolist()))
+
+
+class WorkSource(ABC):
+    """Turns a curriculum into chunks of sample pointers, one lane at a time.
+
+    The user's instance acts as lane 0 of 1 (the whole curriculum); the engine calls
+    ``clone_for_lane`` once per lane and pulls each clone with ``next_chunk``.
+    """
+
+    _lane_id: int = 0
+    _canonical_replicas: int = 1
+    _is_clone: bool = False
+
+    @abstractmethod
+    def next_chunk(self) -> WorkChunk | None:
+        """The next chunk of this lane, or None when the curriculum is exhausted."""
+
+    @property
+    @abstractmethod
+    def datasets_by_id(self) -> Mapping[int, Any]:
+        """dataset_id -> dataset."""
+
+    def component_ids(self) -> dict[str, int]:
+        return {ds.name: i for i, ds in self.datasets_by_id.items()}
+
+    @property
+    def lane_id(self) -> int:
+        return self._lane_id
+
+    @property
+    def canonical_replicas(self) -> int:
+        return self._canonical_replicas
+
+    def clone_for_lane(self, lane_id: int, canonical_replicas: int) -> WorkSource:
+        """A copy bound to one lane that yields only that lane's chunks."""
+        if self._is_clone:
+            raise RuntimeError("a lane clone cannot be cloned again; clone the original source")
+        if isinstance(canonical_replicas, bool) or not isinstance(canonical_replicas, int) \
+                or canonical_replicas < 1:
+            raise ValueError(f"canonical_replicas must be an int >= 1, got {canonical_replicas!r}")
+        if isinstance(lane_id, bool) or not isinstance(lane_id, int) \
+                or not 0 <= lane_id < canonical_replicas:
+            raise ValueError(f"lane_id must be in [0, {canonical_replicas}), got {lane_id!r}")
+        clone = self._copy_for_lane()
+        clone._lane_id = lane_id
+        clone._canonical_replicas = canonical_replicas
+        clone._is_clone = True
+        return clone
+
+    def _copy_for_lane(self) -> WorkSource:
+        """A fresh copy positioned at the lane's first chunk (subclasses may share more)."""
+        return copy.deepcopy(self)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"lane_id": self._lane_id, "canonical_replicas": self._canonical_replicas,
+                "chunk_size_hint": self.chunk_size_hint()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        diffs = [f"{k}: checkpoint {state.get(k)!r}, this source {v!r}"
+                 for k, v in (("lane_id", self._lane_id),
+                              ("canonical_replicas", self._canonical_replicas))
+                 if state.get(k) != v]
+        if diffs:
+            raise RuntimeError("cannot restore a work-source checkpoint of another lane layout ("
+                               + "; ".join(diffs) + "); clone_for_lane first")
+
+    def chunk_size_hint(self) -> int | None:
+        return None
+
+    def supports_indexing(self) -> bool:
+        return False
+
+    def sample_id_at(self, index: int) -> SampleId:
+        raise TypeError(f"{type(self).__name__} does not support indexing")
+
+    @property
+    def total_samples(self) -> float:
+        return float("inf")
+
+    def __len__(self) -> int:
+        total = self.total_samples
+        if total == float("inf"):
+            raise TypeError(f"{type(self).__name__} is unbounded and has no len()")
+        return int(total)

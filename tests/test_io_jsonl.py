@@ -280,3 +280,20 @@ def test_large_values_round_trip(tmp_path):
     ds = Dataset.from_path("x", tmp_path / "d")
     assert ds.read_table(0, [1, 0]).to_pylist() == recs[::-1]
     assert json.loads(json.dumps(ds.read_payloads(0, [0])[0])) == recs[0]
+
+
+def test_shard_that_arrow_keeps_rejecting_is_parsed_line_by_line(tmp_path, monkeypatch):
+    import pyarrow.json as pj
+
+    recs = [{"v": i if i % 2 else str(i)} for i in range(40)]  # int / str alternate
+    write_jsonl(tmp_path / "d" / "a.jsonl", recs)
+    ds = Dataset.from_path("x", tmp_path / "d")
+    calls = []
+    real = pj.read_json
+    monkeypatch.setattr(pj, "read_json", lambda *a, **k: calls.append(1) or real(*a, **k))
+    for a in range(0, 40, 4):
+        with pytest.raises(NotColumnar):
+            ds.read_table(0, np.arange(a, a + 4))
+        assert ds.read_payloads(0, np.arange(a, a + 4)) == recs[a:a + 4]
+    assert len(calls) == 2  # Arrow was tried twice, then skipped for this shard
+    assert ds.read_table(0, [1, 3]).to_pylist() == [recs[1], recs[3]]

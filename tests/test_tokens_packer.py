@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from zephon._ext import compiled
-from zephon.tokens import Packer, build_rows
+from zephon.tokens import Packer, build_aligned, build_rows
 
 
 @pytest.fixture(params=["cython", "numpy"])
@@ -185,6 +185,9 @@ def test_build_rows_with_row_mapping_and_bounds(impl):
     rows = build_rows(bins, offsets, values, 0, 6, rows=bins.record_id - 100)
     assert rows.tokens.tolist() == [[7, 8, 1, 2, 3, 0]]
     assert rows.positions.tolist() == [[0, 1, 0, 1, 2, 0]]
+    mask = np.array([True, False, True, True, False])
+    aligned = build_aligned(bins, offsets, mask, 6, rows=bins.record_id - 100)
+    assert aligned.dtype == np.bool_ and aligned.tolist() == [[1, 0, 1, 1, 0, 0]]
     with pytest.raises(ValueError, match="out of range"):
         build_rows(bins, offsets, values, 0, 6)
     with pytest.raises(ValueError, match="past the end"):

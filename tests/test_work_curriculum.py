@@ -104,7 +104,7 @@ def _random_weights(rng, rare):
 @pytest.mark.parametrize("rare", [False, True])
 def test_quota_rules_sum_stay_within_one_and_never_decrease(rare):
     rng = random.Random(7 + rare)
-    for _ in range(120):
+    for _ in range(50 if rare else 120):
         weights = _random_weights(rng, rare)
         cs = rng.choice([1, 3, 4, 16, 100] if rare else [500, 1000, 16384])
         q = QuotaSchedule(weights, cs)
@@ -116,7 +116,7 @@ def test_quota_rules_sum_stay_within_one_and_never_decrease(rare):
                 assert cur[c] >= prev[c]
                 assert abs(cur[c] - q.target(c, k)) < 1
             prev = cur
-        for k in rng.sample(range(5000), 10):  # random access on a fresh schedule
+        for k in rng.sample(range(1000), 3):  # random access on a fresh schedule
             assert QuotaSchedule(weights, cs).cum(k) == q.cum(k)
 
 
@@ -230,7 +230,7 @@ def test_spec_a2_mixture_realisation():
     x = StaticMixtureWorkSource(ds, {"a": 1, "b": 3}, chunk_size=50, seed=42)
     y = StaticMixtureWorkSource(ds, MixtureSpec({"a": 0.25, "b": 0.75}), chunk_size=50, seed=42)
     drawn = b = 0
-    for k in range(40):
+    for _ in range(40):
         cx, cy = x.next_chunk(), y.next_chunk()
         assert np.array_equal(cx.dataset_id, cy.dataset_id)
         assert np.array_equal(cx.sample_idx, cy.sample_idx)

@@ -173,3 +173,17 @@ def test_shard_lookup_finds_the_shard_of_every_bucket(k):
     for b, j in enumerate(lut.tolist()):
         start = b << shift
         assert cum[j] <= start < cum[j + 1]
+
+
+@needs_cy
+def test_twins_expose_the_same_functions_and_signatures():
+    import inspect
+
+    names = {"ROUNDS", "hash_mix", "feistel_permute", "shard_lookup", "epoch_pointers",
+             "swrr_interleave", "chunk_pointers"}
+    assert names <= set(dir(CY)) and names <= set(dir(NP))
+    assert CY.ROUNDS == NP.ROUNDS
+    for name in names - {"ROUNDS"}:
+        params = list(inspect.signature(getattr(NP, name)).parameters)
+        assert list(inspect.signature(getattr(CY, name)).parameters) == params, name
+    assert np.array_equal(CY.hash_mix(-1, np.arange(5)), NP.hash_mix(-1, np.arange(5)))

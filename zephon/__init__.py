@@ -1,7 +1,8 @@
 """Zephon: a high-throughput, deterministic data loader for training foundation models."""
 
+from zephon.engine.gather import merge_checkpoints
 from zephon.pipeline import Pipeline
 from zephon.types import SampleBatch
 
 __version__ = "0.3.0.dev0"
-__all__ = ["Pipeline", "SampleBatch", "__version__"]
+__all__ = ["Pipeline", "SampleBatch", "merge_checkpoints", "__version__"]

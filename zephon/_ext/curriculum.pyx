@@ -71,18 +71,25 @@ cdef inline uint64_t _feistel_apply(const Feistel* f, uint64_t x) noexcept nogil
             return x
 
 
-def hash_mix(uint64_t key, values):
+cdef inline uint64_t _key(object key):
+    # Keys are 64-bit words; accept any Python int like the numpy twin does.
+    return <uint64_t>(int(key) & 0xFFFFFFFFFFFFFFFF)
+
+
+def hash_mix(key, values):
+    cdef uint64_t k = _key(key)
     cdef const int64_t[::1] v = np.ascontiguousarray(values, dtype=np.int64)
     out = np.empty(v.shape[0], dtype=np.uint64)
     cdef uint64_t[::1] o = out
     cdef Py_ssize_t i
     with nogil:
         for i in range(v.shape[0]):
-            o[i] = _mix(key, <uint64_t>v[i])
+            o[i] = _mix(k, <uint64_t>v[i])
     return out
 
 
-def feistel_permute(indices, int64_t n, uint64_t key):
+def feistel_permute(indices, int64_t n, key):
+    cdef uint64_t k = _key(key)
     cdef const int64_t[::1] idx = np.ascontiguousarray(indices, dtype=np.int64)
     cdef Py_ssize_t i, m = idx.shape[0]
     for i in range(m):
@@ -92,7 +99,7 @@ def feistel_permute(indices, int64_t n, uint64_t key):
     cdef int64_t[::1] o = out
     cdef Feistel f
     with nogil:
-        _feistel_init(&f, <uint64_t>n, key)
+        _feistel_init(&f, <uint64_t>n, k)
         for i in range(m):
             o[i] = <int64_t>_feistel_apply(&f, <uint64_t>idx[i])
     return out
@@ -112,8 +119,10 @@ def shard_lookup(cum, Py_ssize_t buckets):
 
 
 def epoch_pointers(int64_t start, int64_t count, int64_t n_total, int64_t block_size,
-                   uint64_t block_key, cum, shard_ids, bint within, uint64_t within_key,
+                   block_key, cum, shard_ids, bint within, within_key,
                    lookup=None, int lookup_shift=0):
+    cdef uint64_t bkey = _key(block_key)
+    cdef uint64_t wkey = _key(within_key)
     cdef const int64_t[::1] cm = np.ascontiguousarray(cum, dtype=np.int64)
     cdef const int64_t[::1] ids = np.ascontiguousarray(shard_ids, dtype=np.int64)
     cdef const int64_t[::1] lut = np.ascontiguousarray(
@@ -144,7 +153,7 @@ def epoch_pointers(int64_t start, int64_t count, int64_t n_total, int64_t block_
                     blen = n_total - base
                     if blen > block_size:
                         blen = block_size
-                    _feistel_init(&fb, <uint64_t>blen, _mix(block_key, <uint64_t>blk))
+                    _feistel_init(&fb, <uint64_t>blen, _mix(bkey, <uint64_t>blk))
                     cur_blk = blk
                 p = base + <int64_t>_feistel_apply(&fb, <uint64_t>(p - base))
             # Consecutive positions mostly stay in one shard: test it before searching.
@@ -168,7 +177,7 @@ def epoch_pointers(int64_t start, int64_t count, int64_t n_total, int64_t block_
             if within:
                 if j != cur_w:
                     _feistel_init(&fw, <uint64_t>(cm[j + 1] - cm[j]),
-                                  _mix(within_key, <uint64_t>ids[j]))
+                                  _mix(wkey, <uint64_t>ids[j]))
                     cur_w = j
                 off = <int64_t>_feistel_apply(&fw, <uint64_t>off)
             osh[t] = ids[j]

@@ -50,7 +50,8 @@ cdef void* _grow(void* p, Py_ssize_t* cap, Py_ssize_t need, size_t item) except 
 
 
 cdef inline int vpush(Vec* v, int64_t x) except -1 nogil:
-    v.data = <int64_t*>_grow(v.data, &v.cap, v.size + 1, sizeof(int64_t))
+    if v.size == v.cap:
+        v.data = <int64_t*>_grow(v.data, &v.cap, v.size + 1, sizeof(int64_t))
     v.data[v.size] = x
     v.size += 1
     return 0
@@ -123,7 +124,8 @@ cdef class PackCore:
             s = self.seg_free
             self.seg_free = self.segs[s].next
         else:
-            self.segs = <Seg*>_grow(self.segs, &self.seg_cap, self.seg_top + 1, sizeof(Seg))
+            if self.seg_top == self.seg_cap:
+                self.segs = <Seg*>_grow(self.segs, &self.seg_cap, self.seg_top + 1, sizeof(Seg))
             s = self.seg_top
             self.seg_top += 1
         self.segs[s].rec = rec; self.segs[s].start = start
@@ -230,7 +232,8 @@ cdef class PackCore:
         return 0
 
     cdef int _candidate(self, int64_t rec, int64_t start, int64_t length, int64_t seq) except -1 nogil:
-        self.cands = <Cand*>_grow(self.cands, &self.cand_cap, self.n_cand + 1, sizeof(Cand))
+        if self.n_cand == self.cand_cap:
+            self.cands = <Cand*>_grow(self.cands, &self.cand_cap, self.n_cand + 1, sizeof(Cand))
         self.cands[self.n_cand].rec = rec; self.cands[self.n_cand].start = start
         self.cands[self.n_cand].length = length; self.cands[self.n_cand].seq = seq
         self.n_cand += 1

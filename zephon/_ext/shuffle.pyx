@@ -54,11 +54,9 @@ def mix64(x):
 
 
 def record_keys(dataset_id, shard_id, sample_idx, lineage=None):
-    """uint64 identity hash per record of (dataset, shard, sample[, lineage path]).
-
-    ``lineage`` is a child index per record (1-D) or an (n, depth) matrix padded with -1; the
-    path stops at the first negative entry, so padding depth never changes a key.
-    """
+    """uint64 identity hash per record of (dataset, shard, sample[, lineage path]). ``lineage``:
+    a child index per record or an (n, depth) matrix padded with -1; the path stops at the
+    first negative entry, so padding depth never changes a key."""
     ds, sh, sa = [np.ascontiguousarray(c, dtype=np.int64).reshape(-1)
                   for c in (dataset_id, shard_id, sample_idx)]
     n = len(ds)
@@ -137,13 +135,9 @@ cdef class ShuffleCore:
             self.window = min(self.buffer_size, max(self.window + 1, t))
         return n_out
 
-    def push(self, keys):
+    def push(self, const uint64_t[::1] kv):
         """Arrivals numbered from ``arrivals``; returns the arrival indices emitted, in order."""
-        k = np.ascontiguousarray(keys).reshape(-1)
-        if k.dtype != np.uint64:
-            k = k.astype(np.int64, copy=False).view(np.uint64)
-        out = np.empty(self.count + len(k), dtype=np.int64)
-        cdef const uint64_t[::1] kv = k
+        out = np.empty(self.count + kv.shape[0], dtype=np.int64)
         cdef int64_t[::1] ov = out
         cdef Py_ssize_t i, n_out = 0
         cdef uint64_t h, v
@@ -207,8 +201,7 @@ cdef class ShuffleCore:
         if len(buf) > self.buffer_size:
             raise ValueError("shuffle state holds more records than buffer_size")
         for i, (a, key) in enumerate(buf):
-            self.idx[i] = a
-            self.keys[i] = <uint64_t>(<int64_t>key)
+            self.idx[i], self.keys[i] = a, <uint64_t>(<int64_t>key)
         self.count = len(buf)
         self.window, self.emitted, self.arrivals = state["window"], state["emitted"], state["arrivals"]
 
@@ -226,12 +219,9 @@ cdef inline int64_t _sat(int64_t x) noexcept nogil:
 
 
 cdef class MixCore:
-    """Per-lane, per-component FIFO buffers (linked lists in one node pool) and SWRR deficits.
-
-    Shares are fixed-point (``SHARE_SCALE`` = 2**20 in total) and weights integers, so every
-    decision is exact integer arithmetic, identical in the twin and on every machine. The
-    rules are documented in ``zephon/tokens/mixer.py``.
-    """
+    """Per-component FIFO buffers (linked lists in one node pool) and SWRR deficits (rules:
+    zephon/tokens/mixer.py). Shares are fixed-point (2**20 in total) and weights integers: every
+    decision is exact integer arithmetic, identical in the twin and on every machine."""
 
     cdef Node* nodes
     cdef Comp* comps

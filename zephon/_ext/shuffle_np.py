@@ -98,12 +98,10 @@ class ShuffleCore:
             self.window = min(self.buffer_size, max(self.window + 1, int(self.window * self.growth)))
         return idx
 
-    def push(self, keys) -> np.ndarray:
-        k = np.ascontiguousarray(keys).reshape(-1)
-        if k.dtype != np.uint64:
-            k = k.astype(np.int64, copy=False).view(np.uint64)
+    def push(self, keys: np.ndarray) -> np.ndarray:
+        """``keys``: uint64, one per arrival; returns the arrival indices emitted, in order."""
         out: list[int] = []
-        for key in k.tolist():
+        for key in np.asarray(keys, dtype=np.uint64).tolist():
             a = self.arrivals
             self.arrivals += 1
             if self.mode != 0:

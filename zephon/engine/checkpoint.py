@@ -14,6 +14,9 @@ from typing import Any
 from zephon.engine.refs import decode, encode
 
 FORMAT = "zephon-checkpoint"
+# work-source state that describes a position, not the curriculum
+_PER_LANE_KEYS = ("lane_id", "canonical_replicas", "next_chunk_id", "chunk_size_hint",
+                  "token_ratios")
 VERSION = 1
 
 
@@ -48,7 +51,10 @@ def op_fingerprint(op) -> dict:
 
 def fingerprint(pipeline) -> dict:
     ws = pipeline.work_source
-    ws_fp = ws.fingerprint() if hasattr(ws, "fingerprint") else {"type": type(ws).__name__}
+    ws_fp: dict = {"type": type(ws).__name__}
+    if hasattr(ws, "state_dict"):
+        ws_fp.update({k: v for k, v in ws.state_dict().items()
+                      if k not in _PER_LANE_KEYS})
     ops = [op_fingerprint(o) for o in pipeline._ops]
     return {"work_source": _jsonable(ws_fp), "operators": ops}
 

@@ -82,13 +82,15 @@ class LaneRunner:
             self.position = tuple(base["position"])
             restore_chain(self.chain, base["ops"], lane_plan, lane_id)
             self._skip = int(restore["skip"])
-            self.delivered = int(restore.get("delivered", 0)) - self._skip
+            self.delivered = int(restore.get("delivered", 0))
 
     def next_unit(self):
-        while self._skip:
+        while self._skip:  # replaying the units already delivered before the checkpoint
             self._skip -= 1
             if self._next() is None:
                 self._skip = 0
+            else:
+                self.delivered -= 1
         return self._next()
 
     def _next(self):

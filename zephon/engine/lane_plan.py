@@ -29,7 +29,7 @@ class LanePlan:
         """The lane's pointer blocks, from its resume position (or the start)."""
         start_chunk, start_offset = 0, 0
         if self.restore and lane_id in self.restore:
-            start_chunk, start_offset = self.restore[lane_id]["position"]
+            start_chunk, start_offset = self.restore[lane_id]["base"]["position"]
         return lane_pointer_blocks(self.work_source, lane_id, self.canonical_replicas,
                                    self.micro, start_chunk=start_chunk, start_offset=start_offset)
 

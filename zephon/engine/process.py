@@ -155,9 +155,17 @@ class CoordinatorClient:
         else:
             self.held.add(slot)
             weakref.finalize(root, self.freed.append, slot).atexit = False
-        units = [(tag[0], SampleBatch._from_block(obj) if kind == "block" else obj, tag[1])
-                 for kind, obj, tag in wire.read_frame(root)]
-        del root
+        parts = wire.read_frame(root)
+        del root  # from here on only the units' views keep the slot
+        units = []
+        for kind, obj, tags in parts:
+            if kind == "pickle":  # records (and lane ends: None)
+                units.extend((lane, unit, state) for unit, (lane, state) in zip(obj, tags))
+                continue
+            at = 0  # consecutive batches merged into one block: slices are views too
+            for lane, state, rows in tags:
+                units.append((lane, SampleBatch._from_block(obj.slice(at, at + rows)), state))
+                at += rows
         self._send_frees()  # a frame of records holds no views: its slot is free already
         return units
 

@@ -89,6 +89,8 @@ def checkpoint_of(pipeline) -> dict:
     from zephon.engine import checkpoint
     from zephon.engine.topology import resolve_topology
 
+    from zephon.engine.gather import gather
+
     if pipeline._pending_restore is not None:
         return pipeline._pending_restore
     topo = resolve_topology(pipeline._options)
@@ -96,4 +98,6 @@ def checkpoint_of(pipeline) -> dict:
         states = {lane: None for lane in topo.owned_lanes}
     else:
         states = pipeline._runtime.lane_states()
-    return checkpoint.build(pipeline, topo.canonical_replicas, states)
+    local = checkpoint.build(pipeline, topo.canonical_replicas, states)
+    pipeline._checkpoint_round = getattr(pipeline, "_checkpoint_round", 0) + 1
+    return gather(local, pipeline._options, topo, pipeline._checkpoint_round)

@@ -22,6 +22,7 @@ alive, so a weak reference on ``root`` tells the reader when the slot may be reu
 from __future__ import annotations
 
 import io
+import math
 import pickle
 import struct
 import traceback
@@ -148,9 +149,9 @@ def _read_block(root: np.ndarray, off: int) -> Block:
     arrays, end = {}, data
     for name, dt, shape, r in specs:
         dtype = np.dtype(dt)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        arrays[name] = root[data + r : data + r + nbytes].view(dtype).reshape(shape)
-        end = _align(data + r + nbytes)
+        # an ndarray over ``root`` has ``root`` as its base: the view keeps the slot pinned
+        arrays[name] = np.ndarray(shape, dtype, buffer=root, offset=data + r)
+        end = _align(data + r + math.prod(shape) * dtype.itemsize)
     lineage = arrays.pop(_LINEAGE)
     if kind == _ARROW:
         payload = pa.ipc.open_stream(pa.py_buffer(root[end : end + plen])).read_all()

@@ -42,7 +42,8 @@ class JsonlShardReader:
 
     def __init__(self, ref: ShardRef, res: Resources) -> None:
         self.ref = ref
-        self._arrow_ok = True
+        self._arrow_wins = 0  # reads Arrow parsed / reads it rejected: when rejections
+        self._arrow_losses = 0  # dominate, the shard's records are heterogeneous
         remote = not ref.location.is_local
         self._ranges = (remote and res.store.remote_reads == "ranges"
                         and compression_of(ref.name) is None)
@@ -140,7 +141,7 @@ class JsonlShardReader:
                 schema = pa.schema([f.with_type(_no_timestamps(f.type)) for f in table.schema])
                 table = pj.read_json(pa.BufferReader(source), read_options=opts,
                                      parse_options=pj.ParseOptions(explicit_schema=schema))
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
             return None
         return table
 
@@ -190,12 +191,15 @@ class JsonlShardReader:
         else:
             uniq, inverse = rows, None
         buf, offs = self._gather(uniq)
-        table = self._parse_arrow(buf, len(uniq)) if self._arrow_ok else None
+        try_arrow = self._arrow_losses < 2 or self._arrow_wins >= self._arrow_losses
+        table = self._parse_arrow(buf, len(uniq)) if try_arrow else None
         if table is not None:
+            self._arrow_wins += 1
             table = with_sparse(table, self._sparse(table, buf, offs, uniq))
         else:
-            self._arrow_ok = False  # this shard's records are heterogeneous: skip Arrow next time
-            table = table_from_dicts(self._parse_python(buf, offs, uniq))
+            payloads = self._parse_python(buf, offs, uniq)  # raises DataError on bad lines
+            self._arrow_losses += try_arrow
+            table = table_from_dicts(payloads)
         if columns is not None:
             table = table.select([c for c in columns if c in table.column_names])
         if inverse is not None:

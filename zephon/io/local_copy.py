@@ -114,7 +114,7 @@ class _Deadline:
 
 
 @contextmanager
-def _missing_as_shard_error(ref: ShardRef) -> Iterator[None]:
+def missing_as_shard_error(ref: ShardRef) -> Iterator[None]:
     """An object that vanishes between open and read (listing caches) is still named."""
     try:
         yield
@@ -160,7 +160,7 @@ def local_jsonl(ref: ShardRef, res: Resources) -> tuple[str, np.ndarray]:
                 def sink(chunk: bytes) -> None:
                     out.write(chunk)
                     deadline.check()
-                with _missing_as_shard_error(ref):
+                with missing_as_shard_error(ref):
                     offsets = scan_stream(decoded_reader(raw, ref.name).read, sink,
                                           dataset=ref.dataset, shard=ref.display)
             save_index(idx, offsets)
@@ -179,7 +179,7 @@ def remote_jsonl_index(ref: ShardRef, res: Resources) -> np.ndarray:
 
     def build() -> np.ndarray:
         def attempt() -> np.ndarray:
-            with _open_source(ref) as raw, _missing_as_shard_error(ref):
+            with _open_source(ref) as raw, missing_as_shard_error(ref):
                 return scan_stream(raw.read, dataset=ref.dataset, shard=ref.display)
         return res.retry(attempt, f"indexing {ref.display}", download=True)
 
@@ -204,7 +204,7 @@ def local_parquet(ref: ShardRef, res: Resources) -> str:
         deadline = _Deadline(res.store.download_timeout, f"download of {ref.display}")
 
         def attempt() -> None:
-            with _open_source(ref) as raw, open(part, "wb") as out, _missing_as_shard_error(ref):
+            with _open_source(ref) as raw, open(part, "wb") as out, missing_as_shard_error(ref):
                 while True:
                     chunk = raw.read(8 << 20)
                     if not chunk:

@@ -101,8 +101,8 @@ class _Options:
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and self.to_dict() == other.to_dict()
 
-    def __hash__(self) -> int:
-        return hash(repr(self))
+    def __hash__(self) -> int:  # consistent with __eq__, which compares effective values
+        return hash(repr(sorted(self.to_dict().items())))
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={getattr(self, k)!r}" for k in self._defaults if k in self._given)

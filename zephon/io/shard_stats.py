@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from zephon.io.errors import DataError
 from zephon.io.lines import compression_of, decoded_reader, scan_stream
-from zephon.io.local_copy import Resources, ShardRef, _missing_as_shard_error, local_jsonl
+from zephon.io.local_copy import Resources, ShardRef, local_jsonl, missing_as_shard_error
 
 __all__ = ["ShardStats", "jsonl_stats", "parquet_stats", "shard_stats"]
 
@@ -42,7 +42,7 @@ def jsonl_stats(ref: ShardRef, res: Resources, *, keep: bool) -> ShardStats:
             raw_file = ref.location.open(ref.name, "rb")
         except FileNotFoundError as e:
             raise ref.missing(e) from e
-        with raw_file, _missing_as_shard_error(ref):
+        with raw_file, missing_as_shard_error(ref):
             return scan_stream(decoded_reader(raw_file, ref.name).read, dataset=ref.dataset,
                                shard=ref.display)
 

@@ -42,6 +42,9 @@ class Location:
     storage_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if "://" not in self.url and "::" not in self.url:
+            # plain local paths become absolute: workers may run in another directory
+            self.url = os.path.abspath(os.path.expanduser(self.url))
         self._state: tuple[int, Any, str] | None = None
         self._lock = threading.Lock()
 

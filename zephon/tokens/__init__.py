@@ -6,7 +6,15 @@ blocks, operators or the engine, which call these classes per lane.
 
 from zephon.tokens.fallback_tokenizer import FallbackTokenizer
 from zephon.tokens.mixer import MixerFlush, MixtureBalancer, quantize_shares
-from zephon.tokens.packer import ALGORITHMS, Bin, PackedBins, PackedRows, Packer, build_rows
+from zephon.tokens.packer import (
+    ALGORITHMS,
+    Bin,
+    PackedBins,
+    PackedRows,
+    Packer,
+    build_aligned,
+    build_rows,
+)
 from zephon.tokens.shuffler import StreamShuffler, record_keys
 from zephon.tokens.training import convert, finalize, rename_and_exclude, to_training_arrays
 
@@ -20,6 +28,7 @@ __all__ = [
     "PackedRows",
     "Packer",
     "StreamShuffler",
+    "build_aligned",
     "build_rows",
     "convert",
     "finalize",

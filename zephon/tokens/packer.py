@@ -210,6 +210,18 @@ class PackedRows(NamedTuple):
     segment_ids: np.ndarray | None  # [R, L] int32 when asked: 0.. per segment, pad tail = count
 
 
+def _sources(bins: PackedBins, offsets: np.ndarray, rows) -> np.ndarray:
+    """Absolute start of every segment in the ragged values, bounds-checked."""
+    r = bins.record_id if rows is None else np.asarray(rows, dtype=np.int64)
+    if len(r) != len(bins.token_start):
+        raise ValueError("rows must give one ragged row per segment")
+    if len(r) and (r.min() < 0 or r.max() >= len(offsets) - 1):
+        raise ValueError("segment row is out of range of the ragged token store")
+    if np.any(bins.token_start + bins.token_len > offsets[r + 1] - offsets[r]):
+        raise ValueError("a segment reaches past the end of its record")
+    return offsets[r] + bins.token_start
+
+
 def build_rows(bins: PackedBins, offsets, values, pad_id: int, max_length: int, *,
                rows=None, return_segment_ids: bool = False) -> PackedRows:
     """Dense packed rows from bins over a ragged token store, in one gather.
@@ -221,19 +233,24 @@ def build_rows(bins: PackedBins, offsets, values, pad_id: int, max_length: int, 
     """
     offsets = np.asarray(offsets, dtype=np.int64)
     values = np.asarray(values)
-    r = bins.record_id if rows is None else np.asarray(rows, dtype=np.int64)
-    if len(r) != len(bins.token_start):
-        raise ValueError("rows must give one ragged row per segment")
-    if len(r) and (r.min() < 0 or r.max() >= len(offsets) - 1):
-        raise ValueError("segment row is out of range of the ragged token store")
-    row_len = offsets[r + 1] - offsets[r]
-    if np.any(bins.token_start + bins.token_len > row_len):
-        raise ValueError("a segment reaches past the end of its record")
+    src = _sources(bins, offsets, rows)
     n = len(bins)
     tokens = np.empty((n, max_length), dtype=values.dtype)
     positions = np.empty((n, max_length), dtype=np.int32)
     seg_ids = np.empty((n, max_length), dtype=np.int32) if return_segment_ids else None
-    pad = kernel("ragged").pack_rows(values, offsets[r] + bins.token_start, bins.token_len,
-                                     bins.seg_offsets, pad_id, tokens, positions, seg_ids)
+    pad = kernel("ragged").pack_rows(values, src, bins.token_len, bins.seg_offsets, pad_id,
+                                     tokens, positions, seg_ids)
     return PackedRows(tokens, positions, pad.astype(np.int32),
                       np.diff(bins.seg_offsets).astype(np.int32), seg_ids)
+
+
+def build_aligned(bins: PackedBins, offsets, values, max_length: int, *, pad_value: int = 0,
+                  rows=None) -> np.ndarray:
+    """[R, max_length] rows of a field aligned element-wise with the tokens (e.g. a loss
+    mask), laid out exactly like ``build_rows`` lays the tokens; padding gets ``pad_value``."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    values = np.asarray(values)
+    out = np.empty((len(bins), max_length), dtype=values.dtype)
+    kernel("ragged").pack_rows(values, _sources(bins, offsets, rows), bins.token_len,
+                               bins.seg_offsets, pad_value, out)
+    return out

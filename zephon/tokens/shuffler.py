@@ -65,7 +65,10 @@ class StreamShuffler:
 
     def push(self, keys) -> np.ndarray:
         """Add records (uint64 or int64 identity keys); returns arrival numbers to emit now."""
-        return self._core.push(np.asarray(keys).reshape(-1))
+        k = np.asarray(keys).reshape(-1)
+        if k.dtype != np.uint64:   # signed keys keep their bits (two's complement)
+            k = k.astype(np.int64).view(np.uint64)
+        return self._core.push(np.ascontiguousarray(k))
 
     def flush(self) -> np.ndarray:
         """End of stream: every buffered arrival number, in a seeded order; state becomes fresh."""

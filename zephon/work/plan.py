@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 from types import ModuleType
 
 import numpy as np
@@ -37,12 +36,13 @@ class GlobalChunk:
 
 
 class CurriculumPlan:
-    def __init__(self, orders: Sequence[DatasetOrder], weights: Sequence[Fraction],
-                 chunk_size: int, mode: str, limits: Sequence[int | None],
-                 kernel: ModuleType) -> None:
+    def __init__(self, orders: Sequence[DatasetOrder], quotas: QuotaSchedule, mode: str,
+                 limits: Sequence[int | None], kernel: ModuleType) -> None:
+        if quotas.num_components != len(orders):
+            raise ValueError("one quota weight per dataset order is needed")
         self.orders = list(orders)
-        self.chunk_size = chunk_size
-        self.quotas = QuotaSchedule(weights, chunk_size)
+        self.chunk_size = quotas.chunk_size
+        self.quotas = quotas
         self._k = kernel
         self._ids = np.arange(len(self.orders), dtype=np.int64)
         self.end_position = self._end_position(mode, limits)  # samples in the stream, or None

@@ -25,8 +25,11 @@ earliest-deadline-first scheduling of unit jobs with release times, which meets 
 deadline whenever any schedule does, and a quota-satisfying house-monotone schedule always
 exists (Balinski & Young), so the rule never gets stuck. All remainders vanish after
 ``P = D / gcd(D, chunk_size)`` chunks (``D`` the common denominator of the weights), so the
-schedule is periodic: ``cum(k) = cum(k mod P) + (k div P) * T(P)``. Random access costs at
-most ``_MEMO_EVERY`` steps from a memoised point of the period (and sequential access O(1)).
+schedule is periodic: ``cum(k) = cum(k mod P) + (k div P) * T(P)``. States are memoised every
+``_MEMO_EVERY`` steps as the walk proceeds, so sequential access is O(1) per chunk, random
+access within the walked part of the period costs at most ``_MEMO_EVERY`` steps, and only the
+first visit of a far point of a long period pays for the walk there (once per process: lane
+clones share their schedule).
 """
 
 from __future__ import annotations

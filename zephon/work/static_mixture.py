@@ -30,6 +30,7 @@ from zephon.work.lanes import LaneRouter
 from zephon.work.mixture import MixtureSpec
 from zephon.work.order import DatasetOrder
 from zephon.work.plan import CurriculumPlan
+from zephon.work.quotas import QuotaSchedule
 from zephon.work.token_estimation import (
     TokenEstimation,
     check_ratio,
@@ -106,6 +107,9 @@ class StaticMixtureWorkSource(WorkSource):
         self._next_chunk_id = 0
         self._plan: CurriculumPlan | None = None
         self._routers: dict[int, LaneRouter] = {}
+        # Quota schedules are pure and only memoise, so lane clones share them: a schedule
+        # with a rare component is walked step by step once per process, not once per lane.
+        self._shared_quotas: dict[tuple, QuotaSchedule] = {}
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -199,8 +203,12 @@ class StaticMixtureWorkSource(WorkSource):
                                    kernel=k)
                       for i, (ids, counts) in enumerate(self._shards)]
             mode, limits = kn.termination.sample_limits([o.total for o in orders])
-            self._plan = CurriculumPlan(orders, self._sample_weights(), kn.chunk_size, mode,
-                                        limits, k)
+            weights = self._sample_weights()
+            key = (tuple(weights), kn.chunk_size)
+            quotas = self._shared_quotas.get(key)
+            if quotas is None:
+                quotas = self._shared_quotas[key] = QuotaSchedule(weights, kn.chunk_size)
+            self._plan = CurriculumPlan(orders, quotas, mode, limits, k)
         return self._plan
 
     def _router(self, lanes: int) -> LaneRouter:
@@ -252,7 +260,13 @@ class StaticMixtureWorkSource(WorkSource):
         owner, _ = self._router(self._canonical_replicas).lane_of(last)
         return n * self.chunk_size - (short if owner == self._lane_id else 0)
 
-    # -- lanes and checkpoints -------------------------------------------------------------
+    # -- lanes, pickling and checkpoints ---------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Plans hold kernel modules and caches: rebuild them on the other side (cheap).
+        state = dict(self.__dict__)
+        state.update(_plan=None, _routers={}, _shared_quotas={})
+        return state
 
     def _copy_for_lane(self) -> StaticMixtureWorkSource:
         clone = object.__new__(type(self))

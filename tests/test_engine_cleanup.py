@@ -1,0 +1,100 @@
+"""Every way out leaves nothing behind: no segment in /dev/shm, no process running.
+
+Each scenario runs a pipeline in a fresh Python process (``engine_fakes.scenario``) that prints
+its shared-memory prefix and the pids of the coordinator and workers; the test then checks
+/dev/shm and those pids — while the training process is still alive where it survives, so that
+its own exit cannot hide a leak.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import shm_entries
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _running(pids) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.Error:
+            pass
+    return out
+
+
+def _wait_clean(prefix: str, pids, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        left, names = _running(pids), {n for n in shm_entries() if n.startswith(prefix)}
+        if not left and not names:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"left behind: processes {left}, segments {sorted(names)}")
+        time.sleep(0.05)
+
+
+class Scenario:
+    def __init__(self, kind: str) -> None:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS.parent), str(TESTS)]))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", f"import engine_fakes; engine_fakes.scenario({kind!r})"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=TESTS, env=env)
+        info = json.loads(self.line())
+        self.prefix, self.pids = info["prefix"], info["pids"]
+        assert len(self.pids) >= 3 and self.prefix.startswith("zephon_")  # coordinator + 2
+
+    def line(self) -> str:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"scenario died: {self.proc.wait()} {self.proc.stderr.read()}")
+        return line.strip()
+
+    def finish(self) -> None:
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+        assert self.proc.wait(20) == 0, self.proc.stderr.read()
+
+
+@pytest.mark.parametrize("kind", ["normal", "exception", "abandon"])
+def test_clean_while_the_training_process_lives(kind):
+    s = Scenario(kind)
+    lines = [s.line(), s.line()] if kind == "exception" else [s.line()]
+    assert lines[-1] == "finished"
+    if kind == "exception":
+        assert lines[0] == "raised UserFunctionError"
+    _wait_clean(s.prefix, s.pids, timeout=5.0)
+    s.finish()
+
+
+def test_ctrl_c_ends_everything_promptly():
+    s = Scenario("sigint")
+    assert s.line() == "running"
+    family = [c.pid for c in psutil.Process(s.proc.pid).children(recursive=True)]
+    t0 = time.monotonic()
+    s.proc.send_signal(signal.SIGINT)
+    code = s.proc.wait(10)
+    assert time.monotonic() - t0 < 5
+    assert code != 0 and "KeyboardInterrupt" in s.proc.stderr.read()
+    _wait_clean(s.prefix, family + s.pids)
+
+
+def test_killed_training_process_takes_everything_down():
+    s = Scenario("sigkill")
+    assert s.line() == "running"
+    family = [c.pid for c in psutil.Process(s.proc.pid).children(recursive=True)]
+    s.proc.send_signal(signal.SIGKILL)
+    assert s.proc.wait(10) == -signal.SIGKILL
+    _wait_clean(s.prefix, family + s.pids)

@@ -7,7 +7,8 @@
 - read_table throughput over ~2 KB records, JSONL and Parquet, sequential 1024-row ranges
   versus random rows within each shard (``ZEPHON_BENCH_ROWS`` records in 10 shards, default
   100,000);
-- a dataset read over a moto S3 server versus fetching the same objects with s3fs directly.
+- a dataset read over a moto S3 server (download + index + parse every row; and the download
+  into the node cache alone) versus fetching the same objects with s3fs directly.
 
 Rows/s and MB/s land in each benchmark's ``extra_info`` (``--benchmark-json`` keeps them).
 """
@@ -162,6 +163,22 @@ def test_s3_dataset_read(benchmark, s3_corpus, tmp_path):
 
     rows = benchmark.pedantic(run, setup=lambda: _fresh_cache(tmp_path), rounds=3, iterations=1)
     assert rows == 16000
+    benchmark.extra_info["MB_per_s"] = round(s3_corpus["bytes"] / 1e6 / benchmark.stats.stats.min, 1)
+
+
+def test_s3_dataset_download_into_cache(benchmark, s3_corpus, tmp_path):
+    """The transfer alone: every shard warmed into a fresh node cache by 4 threads."""
+    from zephon.io import ShardPrefetcher
+
+    def run():
+        ds = Dataset.from_path("s3", "s3://bench/ds", storage_options=s3_corpus["opts"])
+        with ShardPrefetcher([ds], parallelism=4) as pf:
+            pf.submit(0, ds.ids().tolist())
+            pf.wait()
+        return ds._rt().res.cache.stats["downloads"]
+
+    assert benchmark.pedantic(run, setup=lambda: _fresh_cache(tmp_path), rounds=3,
+                              iterations=1) == 8
     benchmark.extra_info["MB_per_s"] = round(s3_corpus["bytes"] / 1e6 / benchmark.stats.stats.min, 1)
 
 

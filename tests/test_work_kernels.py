@@ -122,6 +122,8 @@ def test_epoch_pointers_validates(k):
         k.epoch_pointers(8, 3, 9, 0, 0, cum, np.array([1, 2]), False, 0)
     with pytest.raises(ValueError):
         k.epoch_pointers(0, 3, 10, 0, 0, cum, np.array([1, 2]), False, 0)
+    with pytest.raises(ValueError):  # a lookup table built for another dataset
+        k.epoch_pointers(0, 3, 9, 0, 0, cum, np.array([1, 2]), False, 0, np.zeros(7), 0)
 
 
 @pytest.mark.parametrize("k", BOTH)

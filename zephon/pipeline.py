@@ -194,8 +194,10 @@ class Pipeline:
         self._changed()
 
     def to_torch_dataset(self, stateful: bool = True) -> Any:
+        from zephon.engine.priming import prime
         from zephon.torch import PipelineIterableDataset
 
+        prime(self)
         return PipelineIterableDataset(self, stateful=stateful)
 
     def to_indexable_torch_dataset(self) -> Any:

@@ -133,6 +133,9 @@ def epoch_pointers(int64_t start, int64_t count, int64_t n_total, int64_t block_
         raise ValueError(f"epoch_pointers: range [{start}, {start + count}) outside [0, {n_total})")
     if cm.shape[0] != n_shards + 1 or cm[0] != 0 or cm[n_shards] != n_total:
         raise ValueError("epoch_pointers: cum must be [0, ..., n_total] with one entry per shard + 1")
+    if use_lut and (lookup_shift < 0 or lookup_shift > 62
+                    or lut.shape[0] != ((n_total - 1) >> lookup_shift) + 1):
+        raise ValueError("epoch_pointers: lookup does not match cum (use shard_lookup(cum, ...))")
     out_shard = np.empty(count, dtype=np.int64)
     out_sample = np.empty(count, dtype=np.int64)
     cdef int64_t[::1] osh = out_shard
@@ -156,7 +159,6 @@ def epoch_pointers(int64_t start, int64_t count, int64_t n_total, int64_t block_
                     _feistel_init(&fb, <uint64_t>blen, _mix(bkey, <uint64_t>blk))
                     cur_blk = blk
                 p = base + <int64_t>_feistel_apply(&fb, <uint64_t>(p - base))
-            # Consecutive positions mostly stay in one shard: test it before searching.
             if use_lut:
                 # Shuffled positions: the last shard starting at or before the bucket, then a
                 # short forward scan; a same-shard test would only mispredict here.
@@ -164,8 +166,9 @@ def epoch_pointers(int64_t start, int64_t count, int64_t n_total, int64_t block_
                 while cm[j + 1] <= p:
                     j += 1
             elif not (cm[j] <= p and p < cm[j + 1]):
-                # Branch-free search for the last j with cm[j] <= p (block shuffling makes the
-                # outcome unpredictable); that shard is non-empty since cm[n_shards] > p.
+                # Consecutive positions mostly stay in the shard of the previous one (tested
+                # above). Otherwise: a branch-free search for the last j with cm[j] <= p, which
+                # is a non-empty shard since cm[n_shards] = n_total > p.
                 lo = 0
                 width = n_shards
                 while width > 1:

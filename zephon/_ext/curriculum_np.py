@@ -130,6 +130,9 @@ def epoch_pointers(start: int, count: int, n_total: int, block_size: int, block_
     cum = np.ascontiguousarray(cum, dtype=np.int64)
     shard_ids = np.ascontiguousarray(shard_ids, dtype=np.int64)
     _check_epoch_args(start, count, n_total, cum, shard_ids)
+    if lookup is not None and len(lookup) and (
+            not 0 <= lookup_shift <= 62 or len(lookup) != ((n_total - 1) >> lookup_shift) + 1):
+        raise ValueError("epoch_pointers: lookup does not match cum (use shard_lookup(cum, ...))")
     p = np.arange(start, start + count, dtype=np.int64)
     if block_size > 1 and count:
         blk = p // block_size

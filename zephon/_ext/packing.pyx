@@ -337,6 +337,8 @@ cdef class PackCore:
         self.n_cand = 0
         self.pool_tokens = 0
         self.arrivals = int(state.get("arrivals", 0))
+        if len(state.get("bins", [])) > self.num_bins:
+            raise ValueError("packer state holds more open bins than num_bins")
         for seglist in state.get("bins", []):
             k = self._open()
             for rec, start, length in seglist:

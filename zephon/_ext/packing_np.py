@@ -162,6 +162,8 @@ class PackCore:
                 "arrivals": int(self.arrivals)}
 
     def load(self, state: dict) -> None:
+        if len(state.get("bins", [])) > self.num_bins:
+            raise ValueError("packer state holds more open bins than num_bins")
         self.bins = [[[int(x) for x in s] for s in b] for b in state.get("bins", [])]
         self.pool = [[int(x) for x in c] for c in state.get("pool", [])]
         self.arrivals = int(state.get("arrivals", 0))

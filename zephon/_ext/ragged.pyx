@@ -9,6 +9,7 @@ may use any element type of ``elem_t`` (bool arrays travel as uint8). The pure-n
 
 import numpy as np
 
+cimport cython
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t
 from libc.string cimport memcpy
 
@@ -111,6 +112,7 @@ def _pack_rows(const elem_t[::1] values, const int64_t[::1] src, const int64_t[:
                          f"the row length {L}")
 
 
+@cython.wraparound(True)   # Python-level code: negative indices mean the end
 def pack_rows(values, src_starts, lengths, seg_offsets, pad_value, out, positions=None,
               segment_ids=None):
     """Lay consecutive segments into rows of ``out`` [R, L] in one pass; returns padding [R].
@@ -150,6 +152,7 @@ def _gather_ragged(const elem_t[::1] values, const int64_t[::1] src, const int64
         raise ValueError(f"segment {i} ({src[i]}+{lens[i]}) is out of range of {nv} values")
 
 
+@cython.wraparound(True)   # Python-level code: negative indices mean the end
 def gather_ragged(values, src_starts, lengths):
     """Concatenate ``values[src:src+len]`` for every segment: returns (offsets, values)."""
     src, lens = _i64(src_starts), _i64(lengths)
@@ -182,6 +185,7 @@ def _rebase(const int64_t[::1] off, int64_t base, int64_t[::1] out):
             out[i - 1] = base + off[i] - first
 
 
+@cython.wraparound(True)   # Python-level code: negative indices mean the end
 def concat_ragged(offsets_list, values_list):
     """Concatenate ragged arrays (offsets may start anywhere, e.g. Arrow slices)."""
     if len(offsets_list) != len(values_list):

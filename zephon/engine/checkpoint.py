@@ -65,6 +65,7 @@ def build(pipeline, canonical_replicas: int, lane_states: Mapping[int, dict | No
         "version": VERSION,
         "canonical_replicas": int(canonical_replicas),
         "fingerprint": fingerprint(pipeline),
+        "token_ratios": getattr(pipeline.work_source, "token_ratios", None),
         "lanes": {str(k): (encode(v) if v is not None else None)
                   for k, v in sorted(lane_states.items())},
     }

@@ -33,15 +33,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import cloudpickle
-import numpy as np
-import pyarrow as pa
 
-from zephon.block import Block
 from zephon.engine import cleanup, shm, wire
 from zephon.engine.lane import Prepared, pointer_end, round_robin_states
 from zephon.engine.worker import WorkerCrashedError, WorkerPool
 from zephon.ops.base import OpContext, StageInfo
-from zephon.types import SampleBatch
 
 log = logging.getLogger("zephon.engine")
 
@@ -205,10 +201,11 @@ class _Stop(BaseException):
 class OutputRing:
     """Finished units to the training process, as frames in a pool of output slots.
 
-    Units are gathered until a frame is full or the coordinator is about to wait, then written
-    together: consecutive batches of one layout as one merged block (one Arrow stream per
-    frame rather than per batch: that is most of the per-batch cost), records and lane ends as
-    one pickled list. Each part's tag lists (lane, state[, rows]) per unit.
+    Units are gathered until a frame has ``FRAME_UNITS`` or the coordinator is about to wait,
+    then written together: consecutive batches of one layout as one merged block (one Arrow
+    stream per frame rather than per batch: that is most of the per-batch cost), records and
+    lane ends as one pickled list. Each part's tag lists (lane, state[, rows]) per unit. A
+    frame too large for its slot is split in two; a single unit too large grows the slot.
     """
 
     def __init__(self, conn, cfg: EngineConfig, wait) -> None:
@@ -217,8 +214,6 @@ class OutputRing:
         self.free = list(range(cfg.prefetch))
         self.wait = wait
         self.pending: list[tuple[int, object, object]] = []
-        self.pending_bytes = 0
-        self.flush_bytes = cfg.slot_bytes // 2
         conn.send(("ready", self.pool.names))
 
     def release(self, slots) -> None:
@@ -227,79 +222,31 @@ class OutputRing:
     def add(self, lane: int, unit, state) -> None:
         """``unit`` None is a lane's end: it travels for the lane's final state only."""
         self.pending.append((lane, unit, state))
-        if isinstance(unit, SampleBatch):
-            self.pending_bytes += _nbytes(unit.block)
-        if len(self.pending) >= FRAME_UNITS or self.pending_bytes >= self.flush_bytes:
+        if len(self.pending) >= FRAME_UNITS:
             self.flush()
 
     def flush(self) -> None:
-        if not self.pending:
-            return
-        parts = _parts(self.pending)
-        self.pending, self.pending_bytes = [], 0
+        units, self.pending = self.pending, []
+        if units:
+            self._write(units)
+
+    def _write(self, units: list) -> None:
+        parts = wire.unit_parts(units)
         while not self.free:  # every slot is in flight or held: backpressure
             self.wait()
         slot, grown = self.free.pop(), None
-        while True:
+        writer = wire.FrameWriter(self.pool.view(slot))
+        while not all(writer.add(*part) for part in parts):
+            writer = None  # drop the view of a segment that may be replaced
+            if len(units) > 1:  # too big for one slot: two frames
+                self.free.append(slot)
+                half = len(units) // 2
+                self._write(units[:half])
+                self._write(units[half:])
+                return
+            grown = self.pool.grow(slot, wire.frame_size(*parts[0]))
             writer = wire.FrameWriter(self.pool.view(slot))
-            if all(writer.add(*part) for part in parts):
-                break
-            writer = None  # drop the view of the segment about to be replaced
-            grown = self.pool.grow(slot, sum(wire.frame_size(*part) for part in parts))
         self.conn.send(("frame", slot, writer.finish(), grown))
-
-
-def _nbytes(block) -> int:
-    n = sum(a.nbytes for a in block.meta.values()) + block.lineage.nbytes
-    return n + (block.payload.nbytes if isinstance(block.payload, pa.Table) else 0)
-
-
-def _layout(block) -> tuple:
-    """What must agree for batches to travel as one merged block and come back unchanged."""
-    p = block.payload
-    payload = (p.schema, p.schema.metadata) if isinstance(p, pa.Table) else type(p)
-    return (len(block) > 0, block.is_batch, block.sparse, block.lineage.shape[1:],
-            tuple((k, v.dtype, v.shape[1:]) for k, v in block.meta.items()), payload)
-
-
-def _merge(blocks: list):
-    if len(blocks) == 1:
-        return blocks[0]
-    b0 = blocks[0]
-    meta = {k: np.concatenate([b.meta[k] for b in blocks]) for k in b0.meta}
-    if isinstance(b0.payload, pa.Table):
-        payload = pa.concat_tables([b.payload for b in blocks])
-    elif isinstance(b0.payload, list):
-        payload = [x for b in blocks for x in b.payload]
-    else:
-        payload = None
-    lineage = np.concatenate([b.lineage for b in blocks])
-    return Block(meta, payload, lineage, b0.sparse, b0.is_batch)
-
-
-def _parts(units: list) -> list[tuple[str, object, list]]:
-    parts: list[tuple[str, object, list]] = []
-    run: list = []
-
-    def close_run() -> None:
-        if run:
-            parts.append(("block", _merge([u.block for _, u, _ in run]),
-                          [(lane, state, len(u)) for lane, u, state in run]))
-            run.clear()
-
-    for lane, unit, state in units:
-        if isinstance(unit, SampleBatch):
-            if run and _layout(run[0][1].block) != _layout(unit.block):
-                close_run()
-            run.append((lane, unit, state))
-            continue
-        close_run()
-        if not parts or parts[-1][0] != "pickle":
-            parts.append(("pickle", [], []))
-        parts[-1][1].append(unit)
-        parts[-1][2].append((lane, state))
-    close_run()
-    return parts
 
 
 class Coordinator(LaneScheduler):

@@ -19,7 +19,6 @@ held as views at once; further frames are copied out and their slot is returned 
 
 from __future__ import annotations
 
-import logging
 import multiprocessing
 import os
 import uuid
@@ -30,15 +29,16 @@ from collections.abc import Iterator
 
 import cloudpickle
 import numpy as np
+import psutil
 
 from zephon.engine import cleanup, shm, wire
 from zephon.engine.coordinator import EngineConfig, coordinator_main, mp_context
+from zephon.engine.inline import InlineEngine
 from zephon.engine.lane import round_robin_states
 from zephon.engine.lane_plan import LanePlan
+from zephon.engine.threads import ThreadsBackend
+from zephon.engine.worker import describe_exit
 from zephon.ops.errors import ZephonError
-from zephon.types import SampleBatch
-
-log = logging.getLogger("zephon.engine")
 
 
 class ProcessEngine:
@@ -49,10 +49,9 @@ class ProcessEngine:
         prefix = f"zephon_{os.getpid()}_{uuid.uuid4().hex[:8]}_"
         self.config = EngineConfig.from_options(options, workers, prefix=prefix,
                                                 parent=cleanup.identity())
-        cleanup.setup_logging(self.config.log_level)
+        if options.resolve("log_level")[1] != "default":  # else the application's setting
+            cleanup.setup_logging(self.config.log_level)
         if runner == "threads":
-            from zephon.engine.threads import ThreadsBackend
-
             self._backend = ThreadsBackend(lane_plan, self.config)
         elif runner != "process":
             raise ValueError(f"runner must be 'process' or 'threads', got {runner!r}")
@@ -85,8 +84,6 @@ class ProcessEngine:
 
 class _InlineBackend:
     def __init__(self, lane_plan: LanePlan) -> None:
-        from zephon.engine.inline import InlineEngine
-
         self.engine = InlineEngine(lane_plan)
 
     def items(self):
@@ -123,8 +120,6 @@ class CoordinatorClient:
             there.close()
 
     def pids(self) -> list[int]:
-        import psutil
-
         try:
             p = psutil.Process(self.proc.pid)
             return [p.pid] + [c.pid for c in p.children(recursive=True)]
@@ -155,17 +150,8 @@ class CoordinatorClient:
         else:
             self.held.add(slot)
             weakref.finalize(root, self.freed.append, slot).atexit = False
-        parts = wire.read_frame(root)
+        units = wire.units_from_parts(wire.read_frame(root))
         del root  # from here on only the units' views keep the slot
-        units = []
-        for kind, obj, tags in parts:
-            if kind == "pickle":  # records (and lane ends: None)
-                units.extend((lane, unit, state) for unit, (lane, state) in zip(obj, tags))
-                continue
-            at = 0  # consecutive batches merged into one block: slices are views too
-            for lane, state, rows in tags:
-                units.append((lane, SampleBatch._from_block(obj.slice(at, at + rows)), state))
-                at += rows
         self._send_frees()  # a frame of records holds no views: its slot is free already
         return units
 
@@ -175,7 +161,10 @@ class CoordinatorClient:
             slots.append(self.freed.popleft())
         if slots:
             self.held.difference_update(slots)
-            self.conn.send(("free", slots))
+            try:
+                self.conn.send(("free", slots))
+            except OSError:  # the coordinator is gone; _recv reports it
+                pass
 
     def _recv(self):
         while True:
@@ -187,8 +176,6 @@ class CoordinatorClient:
                     pass
             elif self.proc.is_alive():
                 continue
-            from zephon.engine.worker import describe_exit
-
             self.proc.join(1.0)
             raise ZephonError(f"the zephon coordinator process ended unexpectedly "
                               f"({describe_exit(self.proc.exitcode)})")
@@ -208,7 +195,7 @@ def _close(proc, conn, prefix: str, grace: float) -> None:
         conn.send(("stop",))
     except (OSError, ValueError):
         pass
-    if proc._popen is not None:  # started
+    if proc.pid is not None:  # started
         proc.join(grace)
         if proc.is_alive():
             proc.terminate()  # its SIGTERM handler kills the workers and unlinks

@@ -26,8 +26,12 @@ def engine_kind(pipeline) -> tuple[str, int]:
 
 class Session:
     def __init__(self, pipeline) -> None:
+        from zephon.engine.priming import prime
+
         self.pipeline = pipeline
         opts = pipeline._options
+        pending = pipeline._pending_restore
+        prime(pipeline, pending.get("token_ratios") if pending else None)
         self.topology = resolve_topology(opts)
         self.plan = compile_plan(pipeline._all_ops())
         fetch_batch = pipeline._fetch_kw.get("max_batch")
@@ -91,8 +95,11 @@ def checkpoint_of(pipeline) -> dict:
 
     from zephon.engine.gather import gather
 
+    from zephon.engine.priming import prime
+
     if pipeline._pending_restore is not None:
         return pipeline._pending_restore
+    prime(pipeline)
     topo = resolve_topology(pipeline._options)
     if pipeline._runtime is None:
         states = {lane: None for lane in topo.owned_lanes}

@@ -17,6 +17,10 @@ back by ``pa.ipc.open_stream`` over the same memory without a copy. Only object 
 
 Every view made by ``read_frame`` keeps ``root`` (the uint8 array the frame was read from)
 alive, so a weak reference on ``root`` tells the reader when the slot may be reused.
+
+Finished units travel many to a frame (``unit_parts`` / ``units_from_parts``): consecutive
+batches of one layout become one merged block, so a frame costs one Arrow stream whatever the
+number of batches in it, and the reader hands out zero-copy slices of it.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import pyarrow as pa
 
 from zephon.block import Block
 from zephon.ops.errors import ZephonError
+from zephon.types import SampleBatch
 
 ALIGN = 64
 MAGIC = b"ZPF1"
@@ -260,6 +265,78 @@ def read_frame(root: np.ndarray) -> list[tuple[str, object, object]]:
         else:  # bytes after a pickle are ignored by loads
             out.append((kind, pickle.loads(mv[start:]), tag))
     return out
+
+
+# -- units: finished batches and records on their way to the training process ---------------
+
+
+def _layout(block) -> tuple:
+    """What must agree for batches to travel as one merged block and come back unchanged."""
+    p = block.payload
+    payload = (p.schema, p.schema.metadata) if isinstance(p, pa.Table) else type(p)
+    return (block.is_batch, block.sparse, block.lineage.shape[1:],
+            tuple((k, v.dtype, v.shape[1:]) for k, v in block.meta.items()), payload)
+
+
+def _merge(blocks: list):
+    if len(blocks) == 1:
+        return blocks[0]
+    b0 = blocks[0]
+    meta = {k: np.concatenate([b.meta[k] for b in blocks]) for k in b0.meta}
+    if isinstance(b0.payload, pa.Table):
+        payload = pa.concat_tables([b.payload for b in blocks])
+    elif isinstance(b0.payload, list):
+        payload = [x for b in blocks for x in b.payload]
+    else:
+        payload = None
+    lineage = np.concatenate([b.lineage for b in blocks])
+    return Block(meta, payload, lineage, b0.sparse, b0.is_batch)
+
+
+def unit_parts(units: list) -> list[tuple[str, object, list]]:
+    """Frame parts for a run of (lane, unit, state): consecutive batches of one layout merged
+    into one block (one Arrow stream, however many batches), records and lane ends (None) as
+    one pickled list; the tags say which unit is which."""
+    parts: list[tuple[str, object, list]] = []
+    run: list = []
+
+    def close_run() -> None:
+        if run:
+            parts.append(("block", _merge([u.block for _, u, _ in run]),
+                          [(lane, state, len(u)) for lane, u, state in run]))
+            run.clear()
+
+    layout = None
+    for lane, unit, state in units:
+        if isinstance(unit, SampleBatch):
+            this = _layout(unit.block)
+            if this != layout:
+                close_run()
+                layout = this
+            run.append((lane, unit, state))
+            continue
+        layout = None
+        close_run()
+        if not parts or parts[-1][0] != "pickle":
+            parts.append(("pickle", [], []))
+        parts[-1][1].append(unit)
+        parts[-1][2].append((lane, state))
+    close_run()
+    return parts
+
+
+def units_from_parts(parts: list) -> list[tuple[int, object, object]]:
+    """The (lane, unit, state) that ``unit_parts`` packed; batches are views of the frame."""
+    units = []
+    for kind, obj, tags in parts:
+        if kind == "pickle":
+            units.extend((lane, unit, state) for unit, (lane, state) in zip(obj, tags))
+            continue
+        at = 0
+        for lane, state, rows in tags:
+            units.append((lane, SampleBatch._from_block(obj.slice(at, at + rows)), state))
+            at += rows
+    return units
 
 
 # -- exceptions -------------------------------------------------------------------------------

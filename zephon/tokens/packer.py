@@ -21,8 +21,9 @@ dense [R, max_length] token matrix with one gather. The per-record loop runs in 
   candidate older than ``max_candidate_age`` arrivals (default 8 x pool) goes first. Every
   token is kept; only the last bin at ``flush`` is padded. ``num_bins`` does not apply.
 - Empty records are dropped (they hold no token) in every algorithm.
-- There is no periodic flush: ``flush`` is for the end of the stream (or an explicit reset)
-  and returns the packer to its fresh state.
+- There is no periodic flush: ``flush`` is for the end of the stream (or an explicit reset),
+  emits every open bin in opening order and returns the packer to its fresh state.
+- Aligned fields (loss masks) are laid out with ``build_aligned`` over the same bins.
 """
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ def to_training_arrays(tokens: Any, *, padding_length: Any = None, loss_mask: An
     (float32: label-aligned with ``return_loss_mask``; the payload mask unshifted without
     labels), ``num_valid_tokens`` (int), ``positions`` (int64, when given), ``cu_seqlens`` /
     ``max_seqlen`` (int32; [B, K] / [B], or flat / int with ``flatten``), ``padding_mask``
-    (bool, True = padding), then each extra field.
+    (bool, input-aligned, True = padding), then each extra field.
     """
     extra = dict(extra_fields or {})
     _check_conflicts(return_labels, {"return_loss_mask": return_loss_mask,

@@ -113,7 +113,11 @@ def resolve_reshuffle(value: Any, names: Sequence[str], explicit: bool) -> tuple
 def resolve_termination(names: Sequence[str], exhausted_policy: Any, max_repeats: Any,
                         stop_after_passes: Any, passes_explicit: bool) -> Termination:
     """The spec's table: nothing -> repeat with a one-pass floor; "repeat" only -> infinite;
-    "stop" -> end at the first exhaustion; stop_after_passes=N -> repeat with an N-pass floor."""
+    "stop" -> end at the first exhaustion; stop_after_passes=N -> repeat with an N-pass floor.
+
+    Datasets a policy mapping leaves out repeat (the default behaviour); max_repeats=N allows
+    the first pass plus N more, and the stream ends right after the last of them.
+    """
     if exhausted_policy is None:
         policies = ["repeat"] * len(names)
     else:

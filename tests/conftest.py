@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
 from zephon import synthetic
+
+# Tests never write into the user's cache: line indexes and downloaded shards go to a
+# per-run temp folder (set before any test, so worker processes inherit it too).
+os.environ.setdefault("ZEPHON_CACHE_DIR", tempfile.mkdtemp(prefix="zephon-test-cache-"))
 
 
 @pytest.fixture(scope="session")

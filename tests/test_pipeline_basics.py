@@ -147,3 +147,13 @@ def test_api_alias_module():
     from zephon.api import Pipeline as P2
 
     assert P2 is Pipeline
+
+
+def test_prefetch_never_changes_the_data(corpus_dir):
+    plain = [b.ids for b in Pipeline(_ws(corpus_dir, chunk_size=128)).options(num_workers=0)
+             .batch(microbatch_size=16)]
+    p = (Pipeline(_ws(corpus_dir, chunk_size=128)).options(num_workers=0)
+         .batch(microbatch_size=16).prefetch(buffer_size=256, parallelism=2))
+    assert [b.ids for b in p] == plain
+    with pytest.raises(RuntimeError):
+        p.prefetch()

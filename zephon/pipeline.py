@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zephon.ops.base import BaseOp
 from zephon.ops.batch import BatchOp
 from zephon.ops.decode_text import DecodeTextOp
 from zephon.ops.map_transform import MapBatchOp, MapTransformOp
 from zephon.options import RuntimeOptions
+
+if TYPE_CHECKING:
+    from zephon.validation import ValidationReport
 
 
 class Pipeline:
@@ -30,6 +33,7 @@ class Pipeline:
         self._options = RuntimeOptions()
         self._observability: dict[str, Any] | None = None
         self._pending_restore: dict | None = None
+        self._validated = False  # add_op operators are probed on the first iteration
         self._runtime = None  # live engine session; never pickled
 
     # -- pickling: drop the live runtime, keep graph, options, pending restore -------------------
@@ -50,6 +54,7 @@ class Pipeline:
                 warnings.warn(f"{op.op_name} placed after batch: it will see SampleBatch items",
                               stacklevel=3)
         self._ops.append(op)
+        self._validated = False
         self._changed()
         return self
 
@@ -134,6 +139,46 @@ class Pipeline:
 
         return self._append(PackOp(max_length, flat=False, work_source=self.work_source, **kw))
 
+    # -- builder: user operators (docs/user_operators.md) -------------------------------------
+
+    def stateful_transform(self, name: str, *, init_state: Callable[[], Any],
+                           push: Callable[[Any, list], tuple],
+                           flush: Callable[[Any], list] | None = None,
+                           should_flush: Callable[[Any], bool] | None = None,
+                           transform: Callable[[list], list] | None = None,
+                           placement: str = "auto", parallelism: int = 1,
+                           indexable: bool = False, preserves_cursor_order: bool = True,
+                           state_records: Callable[[Any], list] | None = None,
+                           state_from_records: Callable[[list], Any] | None = None) -> Pipeline:
+        """Per-lane state folded over the records: ``push(state, [record]) -> (state, outputs)``
+        serially and in order, ``flush(state) -> outputs`` at the end of the stream (and when
+        ``should_flush(state)``), then an optional stateless ``transform(records) -> records``."""
+        from zephon.ops.stateful_transform import build_stateful_transform
+
+        for op in build_stateful_transform(
+                name, init_state=init_state, push=push, flush=flush, should_flush=should_flush,
+                transform=transform, parallelism=parallelism, indexable=indexable,
+                preserves_cursor_order=preserves_cursor_order, state_records=state_records,
+                state_from_records=state_from_records):
+            self._append(op)
+        return self
+
+    def add_op(self, op: BaseOp | str | None = None, /, **kw: Any) -> Pipeline:
+        """A user operator: ``add_op(MyOp(...))`` with a ``BaseOp`` subclass instance, or
+        ``add_op("name", process_many=fn, preserves_cursor_order=True, accumulator=None,
+        process_one=None, validation_samples=None, parallelism=1, placement="auto",
+        indexable=False, batch_shape_sensitive=False, requires_serial_state=False)``."""
+        from zephon.ops.add_op import build_add_op
+
+        return self._append(build_add_op(op, **kw))
+
+    def validate(self, *, strict: bool = False) -> ValidationReport:
+        """Probe the ``add_op`` operators with synthetic records -> ``ValidationReport``;
+        ``strict=True`` raises ``ValidationError`` when it has errors."""
+        from zephon.validation import validate_pipeline
+
+        return validate_pipeline(self, strict=strict)
+
     def materialize(self, placement: str = "auto", parallelism: int | None = None) -> Pipeline:
         """Payloads are always materialised in Zephon; kept for API compatibility."""
         return self
@@ -142,6 +187,7 @@ class Pipeline:
 
     def options(self, **kw: Any) -> Pipeline:
         self._options.update(**kw)
+        self._validated = False  # auto_validation may have changed
         self._changed()
         return self
 
@@ -173,6 +219,14 @@ class Pipeline:
             raise RuntimeError("this pipeline is already being iterated; only one iterator may be active")
         if self._runtime is not None:
             self._runtime.close()
+        if not self._validated:
+            from zephon.validation import auto_validate
+
+            auto_validate(self)  # options(auto_validation=...): strict raises, warn warns
+            self._validated = True
+        from zephon.ops.recipes import mark_needs
+
+        mark_needs(self._ops)
         self._runtime = Session(self)
         return iter(self._runtime)
 

@@ -1,14 +1,21 @@
 """Benchmark corpora: two datasets (code 25%, web 75%) in JSONL and Parquet, ~2 KB documents
-with log-normal lengths, and a BPE tokenizer trained on them. Cached by their parameters."""
+with log-normal lengths, a BPE tokenizer trained on them, and the same text tokenized once
+into Parquet (W4's input). Cached under the parameters that shape them.
+"""
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from zephon import synthetic
+
+NAMES = ("code", "web")
+MIXTURE = {"code": 0.25, "web": 0.75}
 
 
 @dataclass(frozen=True)
@@ -28,8 +35,10 @@ class CorpusSpec:
 class Corpus:
     root: Path
     spec: CorpusSpec
+    mixture = MIXTURE
 
     def dataset_dir(self, name: str, fmt: str) -> str:
+        """fmt: "jsonl", "parquet" or "tokenized" (Parquet with an ``input_ids`` column)."""
         return str(self.root / fmt / name)
 
     @property
@@ -37,9 +46,13 @@ class Corpus:
         return str(self.root / "tokenizer.json")
 
     def datasets(self, fmt: str) -> list[tuple[str, str]]:
-        return [("code", self.dataset_dir("code", fmt)), ("web", self.dataset_dir("web", fmt))]
+        return [(name, self.dataset_dir(name, fmt)) for name in NAMES]
 
-    mixture = {"code": 0.25, "web": 0.75}
+    def files(self, fmt: str) -> list[str]:
+        """Every shard file of both datasets (sorted, code first)."""
+        ext = "jsonl" if fmt == "jsonl" else "parquet"
+        return [f for name in NAMES
+                for f in sorted(glob.glob(os.path.join(self.dataset_dir(name, fmt), f"*.{ext}")))]
 
 
 def default_root() -> Path:
@@ -48,7 +61,8 @@ def default_root() -> Path:
     return Path(base)
 
 
-def ensure_corpus(spec: CorpusSpec, root: Path | None = None, log=print) -> Corpus:
+def ensure_corpus(spec: CorpusSpec, root: Path | None = None,
+                  log: Callable[[str], None] = print) -> Corpus:
     root = (root or default_root()) / spec.key
     done = root / "READY.json"
     if done.exists():
@@ -63,5 +77,26 @@ def ensure_corpus(spec: CorpusSpec, root: Path | None = None, log=print) -> Corp
                                     seed=spec.seed + i, mean_words=spec.mean_words)
     train = synthetic.documents(3000, seed=spec.seed + 99, mean_words=spec.mean_words)
     synthetic.train_tokenizer(train, spec.vocab_size, root / "tokenizer.json")
+    corpus = Corpus(root, spec)
+    _pretokenize(corpus)
     done.write_text(json.dumps(asdict(spec)))
-    return Corpus(root, spec)
+    return corpus
+
+
+def _pretokenize(corpus: Corpus) -> None:
+    """W4's input: every document as ``[BOS, *ids, EOS]`` (what tokenize() emits by default),
+    int32, in Parquet shards mirroring the text shards."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(corpus.tokenizer_path)
+    bos, eos = tok.token_to_id("<s>"), tok.token_to_id("</s>")
+    for name in NAMES:
+        out = Path(corpus.dataset_dir(name, "tokenized"))
+        out.mkdir(parents=True, exist_ok=True)
+        for f in sorted(glob.glob(os.path.join(corpus.dataset_dir(name, "parquet"), "*.parquet"))):
+            texts = pq.read_table(f, columns=["text"]).column("text").to_pylist()
+            ids = [[bos, *e.ids, eos] for e in tok.encode_batch(texts, add_special_tokens=False)]
+            table = pa.table({"input_ids": pa.array(ids, type=pa.list_(pa.int32()))})
+            pq.write_table(table, out / os.path.basename(f), row_group_size=1024)

@@ -1,83 +1,171 @@
-"""Benchmark client run INSIDE the reference Zephon 0.2.0 virtualenv (python -I this_file CFG).
+"""Benchmark client run INSIDE the reference Zephon 0.2.0 virtualenv: ``python -I this_file CFG``.
 
-It imports the reference package, never ours, builds the workload's pipeline with the
-reference's public API and prints one JSON line of measurements.
+It imports the reference package, never ours (``-I`` keeps our checkout off ``sys.path``),
+builds each workload's pipeline with the reference's public API, runs it ``repeats`` times in
+this one process (so interpreter start-up is paid once) and prints one JSON line: a list of
+runs, each either measurements or ``{"error": ...}``. The counting mirrors ``meter.py``.
 """
 
 import json
-import sys
+import pickle
 import time
+import traceback
+
+MAX_LENGTH = 2049
 
 
-def build(cfg):
+def build(cfg, *, chunk_size=None, max_length=MAX_LENGTH, shuffle=False, algorithm="best_fit"):
     from zephon import Pipeline
     from zephon.io import Dataset
     from zephon.work import MixtureSpec, StaticMixtureWorkSource
 
     datasets = [Dataset.from_path(name, path) for name, path in cfg["datasets"]]
-    ws = StaticMixtureWorkSource(datasets=datasets, mixture=MixtureSpec(cfg["mixture"]),
-                                 seed=42, chunk_size=cfg.get("chunk_size", 16384))
+    ws = StaticMixtureWorkSource(datasets=datasets, mixture=MixtureSpec(cfg["mixture"]), seed=42,
+                                 chunk_size=chunk_size or cfg["chunk_size"],
+                                 exhausted_policy="repeat")
+    workers = cfg["workers"]
     p = Pipeline(ws)
+    # inline for 0 workers; otherwise process runners with that many workers per stage
+    if workers == 0:
+        p = p.options(runner="inline")
+    else:
+        p = p.options(runner="process", max_workers=workers).fetch(parallelism=workers)
+    par = workers or None
     w = cfg["workload"]
     if w == "W1":
-        p = p.batch(microbatch_size=32)
-    elif w in ("W2", "W3"):
+        return p.batch(microbatch_size=32)
+    if w in ("W2", "W3"):
         from tokenizers import Tokenizer
-        from transformers import PreTrainedTokenizerFast  # noqa: F401  (reference needs HF API)
+        from transformers import PreTrainedTokenizerFast
 
         tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_file(cfg["tokenizer"]),
                                       bos_token="<s>", eos_token="</s>", pad_token="<pad>")
-        p = (p.tokenize(tokenizer=tok, field="text").shuffle(buffer_size=8192, seed=1)
-             .pack_flat(max_length=2049, algorithm="best_fit", num_bins=64, pad_token_id=0)
-             .batch(microbatch_size=8))
-    elif w == "W4":
-        p = (p.pack_flat(max_length=2049, algorithm="best_fit", num_bins=64, pad_token_id=0,
-                         tokens_field="input_ids").batch(microbatch_size=8))
-    return p
+        return (p.tokenize(tokenizer=tok, field="text", parallelism=par)
+                .shuffle(buffer_size=cfg["shuffle_buffer"], seed=1)
+                .pack_flat(max_length=max_length, algorithm=algorithm, num_bins=64,
+                           pad_token_id=0)
+                .batch(microbatch_size=8))
+    if w == "W4":
+        if shuffle:
+            p = p.shuffle(buffer_size=cfg["shuffle_buffer"], seed=1)
+        return (p.pack_flat(max_length=max_length, algorithm=algorithm, num_bins=64,
+                            pad_token_id=0, tokens_field="input_ids")
+                .batch(microbatch_size=8))
+    raise ValueError(w)
 
 
-def count(batch):
+def counts(batch):
+    """(rows, real tokens, padding tokens), record by record: the reference has no columns."""
     recs = batch.records
-    n_tok = 0
+    tokens = padding = 0
     for r in recs:
         ids = r.payload.get("input_ids") if isinstance(r.payload, dict) else None
         if ids is not None:
-            n_tok += len(ids) - int(r.meta.padding_length or 0)
-    return len(recs), n_tok
+            pad = max(int(r.meta.padding_length or 0), 0)
+            tokens += len(ids) - pad
+            padding += pad
+    return len(recs), tokens, padding
 
 
-def main():
-    cfg = json.loads(sys.argv[1])
+def measure(cfg):
+    unit = "records" if cfg["workload"] == "W1" else "tokens"
     t0 = time.perf_counter()
     p = build(cfg)
-    it = iter(p)
-    first = None
-    records = tokens = batches = 0
-    for b in it:
-        if first is None:
-            first = time.perf_counter() - t0
-        r, t = count(b)
-        records += r
-        tokens += t
-        batches += 1
-        if records >= cfg["limit_records"]:
+    t_first = None
+    tot = {"records": 0, "tokens": 0, "padding": 0, "batches": 0}
+    first = dict(tot)
+    for b in p:
+        r, t, pad = counts(b)
+        tot["records"] += r
+        tot["tokens"] += t
+        tot["padding"] += pad
+        tot["batches"] += 1
+        now = time.perf_counter()
+        if t_first is None:
+            t_first, first = now, dict(tot)
+        if tot[unit] >= cfg["limit"] or now - t_first >= cfg["seconds"]:
             break
-    seconds = time.perf_counter() - t0
-    out = {"records": records, "tokens": tokens, "batches": batches, "seconds": seconds,
-           "first_batch_s": first}
-    if cfg["workload"] == "W3":
-        t1 = time.perf_counter()
-        state = p.checkpoint()
-        ck_s = time.perf_counter() - t1
-        size = len(json.dumps(state, default=str))
-        p2 = build(cfg)
-        t2 = time.perf_counter()
-        p2.restore(state)
-        next(iter(p2))
-        out.update({"checkpoint_bytes": size, "checkpoint_s": ck_s,
-                    "restore_first_batch_s": time.perf_counter() - t2})
-    print(json.dumps(out))
+    end = time.perf_counter()
+    _close(p)
+    t_first = t_first or end
+    return {**tot, "seconds": end - t0, "first_batch_s": t_first - t0,
+            "steady_records": tot["records"] - first["records"],
+            "steady_tokens": tot["tokens"] - first["tokens"], "steady_seconds": end - t_first}
+
+
+def _close(p):
+    close = getattr(p, "close", None)
+    if close is not None:
+        close()
+
+
+def _size(state):
+    try:
+        return len(json.dumps(state)), "json"
+    except (TypeError, ValueError):
+        return len(pickle.dumps(state)), "pickle"
+
+
+def _first_batch_s(make, state):
+    t0 = time.perf_counter()
+    p = make()
+    if state is not None:
+        p.restore(state)
+    next(iter(p))
+    secs = time.perf_counter() - t0
+    _close(p)
+    return secs
+
+
+def checkpoint_after(make, batches):
+    p = make()
+    t0 = time.perf_counter()
+    it = iter(p)
+    for _ in range(batches):
+        next(it)
+    run_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    state = p.checkpoint()
+    ckpt_s = time.perf_counter() - t1
+    size, fmt = _size(state)
+    _close(p)
+    cold = _first_batch_s(make, None)
+    restore = _first_batch_s(make, state)
+    return {"batches": batches, "run_s": run_s, "checkpoint_bytes": size,
+            "checkpoint_format": fmt, "checkpoint_s": ckpt_s, "cold_first_batch_s": cold,
+            "restore_first_batch_s": restore, "seconds": restore}
+
+
+def _error(e):
+    return {"error": f"{type(e).__name__}: {e}".splitlines()[0][:300],
+            "traceback": traceback.format_exc()[-2000:]}
+
+
+def main(argv):
+    cfg = json.loads(argv[1])
+    runs = []
+    if cfg.get("sweep"):
+        for chunk, batches in cfg["sweep"]:
+            try:
+                runs.append({"chunk_size": chunk, **checkpoint_after(
+                    lambda c=chunk: build(cfg, chunk_size=c, max_length=cfg["max_length"],
+                                          shuffle=True), batches)})
+            except Exception as e:  # the reference has bugs: record them, go on
+                runs.append({"chunk_size": chunk, "batches": batches, **_error(e)})
+    else:
+        for _ in range(cfg["repeats"]):
+            try:
+                if cfg["workload"] == "W3":
+                    runs.append(checkpoint_after(lambda: build(cfg), cfg["w3_batches"]))
+                else:
+                    runs.append(measure(cfg))
+            except Exception as e:
+                runs.append(_error(e))
+                break  # the same error would repeat
+    print(json.dumps(runs))
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    main(sys.argv)

@@ -37,15 +37,23 @@ def ensure_reference(log=print) -> Path | None:
     return py
 
 
-def run_reference(cfg: dict, timeout: float = 900.0) -> dict:
+def run_reference(cfg: dict, timeout: float = 900.0) -> list[dict]:
+    """The runs ``ref_client.py`` measured inside the reference's virtualenv; a failure of the
+    whole client comes back as one run holding its error."""
     py = ensure_reference()
     if py is None:
-        return {"error": "reference virtualenv unavailable"}
+        return [{"error": "reference virtualenv unavailable"}]
     client = Path(__file__).with_name("ref_client.py")
+    # our ZEPHON_* settings mean nothing to the reference (and could mislead it)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ZEPHON_")}
-    proc = subprocess.run([str(py), "-I", str(client), json.dumps(cfg)], capture_output=True,
-                          text=True, timeout=timeout, env=env)
-    if proc.returncode != 0:
-        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else
-                f"exit {proc.returncode}"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    try:
+        proc = subprocess.run([str(py), "-I", str(client), json.dumps(cfg)], capture_output=True,
+                              text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return [{"error": f"timed out after {timeout:.0f}s"}]
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = proc.stderr.strip().splitlines()
+        return [{"error": tail[-1] if tail else f"exit {proc.returncode}",
+                 "stderr": "\n".join(tail[-20:])}]
+    return json.loads(lines[-1])

@@ -1,100 +1,165 @@
-"""A plain torch DataLoader doing the same work as each workload, with the same worker count.
+"""A plain torch DataLoader doing each workload's work, with the same number of workers.
 
-This is what a careful user would write by hand: files split across DataLoader workers, pyarrow
-or json for reading, the tokenizer's batch API, a greedy best-fit packer in Python.
+This is what a careful user would write by hand: shard files split across the DataLoader's
+workers and read again pass after pass, pyarrow or json for reading, the tokenizer's batch API,
+a shuffle buffer of the same size, a greedy best-fit packer (64 open bins, documents longer than
+a row split into row-sized pieces) building padded rows with positions, batches of 8 rows built
+inside the workers so the main process only receives them.
 """
 
 from __future__ import annotations
 
-import glob
 import json
-import os
-import time
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
 
 from zephon.bench.corpus import Corpus
+from zephon.bench.meter import Meter
+from zephon.bench.params import BenchParams
+
+MAX_LENGTH = 2049
+NUM_BINS = 64
+ROWS_PER_BATCH = 8
 
 
-def _files(corpus: Corpus, fmt: str) -> list[str]:
-    return sorted(glob.glob(os.path.join(str(corpus.root), fmt, "*", f"*.{fmt}")))
+def _records(files: list[str], fmt: str) -> Iterator[dict]:
+    while True:  # the datasets repeat, as the loaders' do
+        for f in files:
+            if fmt == "jsonl":
+                with open(f, encoding="utf-8") as fh:
+                    yield from (json.loads(line) for line in fh)
+            else:
+                import pyarrow.parquet as pq
+
+                yield from pq.read_table(f).to_pylist()
 
 
-def _make_dataset(files: list[str], fmt: str, tokenizer_path: str | None):
+def _documents(files: list[str], fmt: str, tokenizer_path: str | None) -> Iterator[list[int]]:
+    """Token lists: read from pre-tokenized Parquet, or encoded 256 texts at a time."""
+    if tokenizer_path is None:
+        for rec in _records(files, "parquet"):
+            yield rec["input_ids"]
+        return
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(tokenizer_path)
+    bos, eos = tok.token_to_id("<s>"), tok.token_to_id("</s>")
+    texts: list[str] = []
+    for rec in _records(files, fmt):
+        texts.append(rec["text"])
+        if len(texts) == 256:
+            for e in tok.encode_batch(texts, add_special_tokens=False):
+                yield [bos, *e.ids, eos]
+            texts = []
+
+
+def _shuffled(docs: Iterator[list[int]], buffer_size: int, seed: int) -> Iterator[list[int]]:
+    rng = random.Random(seed)
+    buf: list[list[int]] = []
+    for d in docs:
+        if len(buf) < buffer_size:
+            buf.append(d)
+            continue
+        i = rng.randrange(buffer_size)
+        buf[i], d = d, buf[i]
+        yield d
+
+
+class BestFitPacker:
+    """Best fit over ``num_bins`` open bins; when none fits and all are open, the oldest closes."""
+
+    def __init__(self, max_length: int = MAX_LENGTH, num_bins: int = NUM_BINS) -> None:
+        self.L, self.num_bins = max_length, num_bins
+        self.bins: list[list[list[int]]] = []
+        self.used: list[int] = []
+
+    def add(self, doc: list[int]) -> list[list[list[int]]]:
+        closed = []
+        for a in range(0, len(doc), self.L):
+            piece = doc[a:a + self.L]
+            best, room = -1, self.L + 1
+            for i, used in enumerate(self.used):
+                r = self.L - used
+                if len(piece) <= r < room:
+                    best, room = i, r
+            if best < 0:
+                if len(self.bins) >= self.num_bins:
+                    closed.append(self.bins.pop(0))
+                    self.used.pop(0)
+                self.bins.append([])
+                self.used.append(0)
+                best = len(self.bins) - 1
+            self.bins[best].append(piece)
+            self.used[best] += len(piece)
+        return closed
+
+
+def _row(pieces: list[list[int]], L: int) -> tuple[np.ndarray, np.ndarray, int]:
+    ids = np.zeros(L, dtype=np.int64)
+    pos = np.zeros(L, dtype=np.int64)
+    at = 0
+    for p in pieces:
+        ids[at:at + len(p)] = p
+        pos[at:at + len(p)] = np.arange(len(p))
+        at += len(p)
+    return ids, pos, L - at
+
+
+def _packed_batches(docs: Iterator[list[int]]) -> Iterator[dict[str, Any]]:
+    packer = BestFitPacker()
+    rows: list[tuple[np.ndarray, np.ndarray, int]] = []
+    for d in docs:
+        for pieces in packer.add(d):
+            rows.append(_row(pieces, MAX_LENGTH))
+            if len(rows) == ROWS_PER_BATCH:
+                yield {"input_ids": np.stack([r[0] for r in rows]),
+                       "positions": np.stack([r[1] for r in rows]),
+                       "padding": np.array([r[2] for r in rows])}
+                rows = []
+
+
+def _dataset(workload: str, files: list[str], fmt: str, tokenizer_path: str, buffer_size: int):
     import torch.utils.data as tud
 
-    class Records(tud.IterableDataset):
-        def __iter__(self):
+    class Work(tud.IterableDataset):
+        def __iter__(self) -> Iterator[Any]:
             info = tud.get_worker_info()
             mine = files if info is None else files[info.id::info.num_workers]
-            tok = None
-            if tokenizer_path:
-                from tokenizers import Tokenizer
+            wid = 0 if info is None else info.id
+            if workload == "W1":
+                return _records(mine, fmt)
+            if workload == "W2":
+                docs = _shuffled(_documents(mine, fmt, tokenizer_path), buffer_size, seed=wid)
+                return _packed_batches(docs)
+            return _packed_batches(_documents(mine, "parquet", None))
 
-                tok = Tokenizer.from_file(tokenizer_path)
-            for f in mine:
-                if fmt == "parquet":
-                    import pyarrow.parquet as pq
-
-                    rows = pq.read_table(f).to_pylist()
-                else:
-                    with open(f, encoding="utf-8") as fh:
-                        rows = [json.loads(line) for line in fh]
-                if tok is None:
-                    yield from rows
-                    continue
-                for i in range(0, len(rows), 256):
-                    part = rows[i:i + 256]
-                    encs = tok.encode_batch([r["text"] for r in part], add_special_tokens=False)
-                    for e in encs:
-                        yield [1, *e.ids, 2]
-
-    return Records()
+    return Work()
 
 
-class _BestFitPacker:
-    def __init__(self, max_length: int, num_bins: int) -> None:
-        self.L, self.num_bins, self.bins = max_length, num_bins, []
-
-    def add(self, doc: list[int]):
-        if len(doc) > self.L:
-            return []
-        best, room = None, self.L + 1
-        for b in self.bins:
-            r = self.L - b[0]
-            if len(doc) <= r < room:
-                best, room = b, r
-        out = []
-        if best is None:
-            if len(self.bins) >= self.num_bins:
-                out.append(self.bins.pop(0))
-            best = [0, []]
-            self.bins.append(best)
-        best[0] += len(doc)
-        best[1].extend(doc)
-        return out
-
-
-def run_torch(corpus: Corpus, workload: str, fmt: str, workers: int, limit: int) -> dict:
+def run_torch(corpus: Corpus, workload: str, fmt: str, workers: int, params: BenchParams) -> dict:
     import torch.utils.data as tud
 
-    tokenized = workload == "W2"
-    ds = _make_dataset(_files(corpus, fmt), fmt, corpus.tokenizer_path if tokenized else None)
-    t0 = time.perf_counter()
-    records = tokens = 0
-    if not tokenized:
-        loader = tud.DataLoader(ds, batch_size=32, num_workers=workers, collate_fn=list,
-                                persistent_workers=False)
+    if workload == "W3":
+        raise NotImplementedError("a plain DataLoader has no checkpoint of its position")
+    src_fmt = "tokenized" if workload == "W4" else fmt
+    files = corpus.files(src_fmt)
+    ds = _dataset(workload, files, fmt, corpus.tokenizer_path, params.shuffle_buffer)
+    if workload == "W1":
+        meter = Meter("records", params.w1_records, params.seconds)
+        loader = tud.DataLoader(ds, batch_size=32, num_workers=workers, collate_fn=list)
         for b in loader:
-            records += len(b)
-            if records >= limit:
+            if meter.add(len(b)):
                 break
     else:
-        loader = tud.DataLoader(ds, batch_size=256, num_workers=workers, collate_fn=list)
-        packer = _BestFitPacker(2049, 64)
-        for docs in loader:
-            for d in docs:
-                for _, bin_tokens in packer.add(d):
-                    records += 1
-                    tokens += len(bin_tokens)
-            if records >= limit:
+        limit = params.w2_tokens if workload == "W2" else params.w4_tokens
+        meter = Meter("tokens", limit, params.seconds)
+        loader = tud.DataLoader(ds, batch_size=None, num_workers=workers)
+        for b in loader:
+            pad = int(b["padding"].sum())
+            if meter.add(len(b["input_ids"]), b["input_ids"].numel() - pad, pad):
                 break
-    return {"records": records, "tokens": tokens, "seconds": time.perf_counter() - t0}
+    del loader  # shuts the workers down before the next system runs
+    return meter.result()

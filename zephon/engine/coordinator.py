@@ -280,6 +280,7 @@ class Coordinator(LaneScheduler):
         self.out.flush()  # never sit on finished units while waiting for more
         if self.pool.wait([self.conn], timeout=1.0):
             self.from_parent()
+        self._fill()  # also while the output ring is full: keep the workers busy up to the window
 
     def from_parent(self) -> None:
         try:

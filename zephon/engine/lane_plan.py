@@ -30,8 +30,32 @@ class LanePlan:
         start_chunk, start_offset = 0, 0
         if self.restore and lane_id in self.restore:
             start_chunk, start_offset = self.restore[lane_id]["base"]["position"]
-        return lane_pointer_blocks(self.work_source, lane_id, self.canonical_replicas,
-                                   self.micro, start_chunk=start_chunk, start_offset=start_offset)
+        blocks = lane_pointer_blocks(self.work_source, lane_id, self.canonical_replicas,
+                                     self.micro, start_chunk=start_chunk, start_offset=start_offset)
+        prefetch = self.extra.get("prefetch")
+        if prefetch:
+            from zephon.engine.prefetch import lookahead
+
+            blocks = lookahead(blocks, prefetch["buffer_size"], self._prefetcher(prefetch))
+        return blocks
+
+    def _prefetcher(self, conf: dict):
+        """One shard prefetcher per process (thread pools do not travel between processes)."""
+        import os
+
+        mine = self.__dict__.get("_prefetch_pool")
+        if mine is None or mine[0] != os.getpid():
+            from zephon.io import ShardPrefetcher
+
+            datasets = self.plan.worker_ops[0].datasets
+            mine = (os.getpid(), ShardPrefetcher(datasets, conf["parallelism"]))
+            self.__dict__["_prefetch_pool"] = mine
+        return mine[1]
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.pop("_prefetch_pool", None)
+        return state
 
     def runner(self, lane_id: int, prepared: Iterator[Block | None], ctx: OpContext) -> LaneRunner:
         """The lane's serial part, fed by ``prepared`` (worker-stage output in lane order)."""

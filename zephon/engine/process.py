@@ -24,7 +24,6 @@ import os
 import uuid
 import warnings
 import weakref
-from collections import deque
 from collections.abc import Iterator
 
 import cloudpickle
@@ -103,8 +102,8 @@ class CoordinatorClient:
         self.prefix = cfg.prefix
         self.closed = False
         self.slots = shm.SlotViews()
-        self.freed: deque[int] = deque()  # appended by finalizers, from any thread
-        self.held: set[int] = set()
+        self.leases = shm.Leases()
+        self.copied: list[int] = []  # slots whose frame was copied out: free at once
         self.hold_limit = min(cfg.prefetch // 2, cfg.prefetch - 1)
         ctx = mp_context(cfg.start_method, "zephon.engine.coordinator")
         blobs = (cloudpickle.dumps(lane_plan), cloudpickle.dumps(lane_plan.plan.worker_ops))
@@ -144,23 +143,20 @@ class CoordinatorClient:
             self.slots.attach(slot, grown)
         root = np.frombuffer(self.slots.map(slot), dtype=np.uint8, count=length)
         self._send_frees()
-        if len(self.held) >= self.hold_limit:
+        if len(self.leases) >= self.hold_limit:
             root = wire.private_copy(root, length)
-            self.freed.append(slot)
+            self.copied.append(slot)
         else:
-            self.held.add(slot)
-            weakref.finalize(root, self.freed.append, slot).atexit = False
+            self.leases.lend(root, slot)
         units = wire.units_from_parts(wire.read_frame(root))
         del root  # from here on only the units' views keep the slot
         self._send_frees()  # a frame of records holds no views: its slot is free already
         return units
 
     def _send_frees(self) -> None:
-        slots = []
-        while self.freed:
-            slots.append(self.freed.popleft())
+        slots = self.leases.returned() + self.copied
+        self.copied = []
         if slots:
-            self.held.difference_update(slots)
             try:
                 self.conn.send(("free", slots))
             except OSError:  # the coordinator is gone; _recv reports it

@@ -50,8 +50,9 @@ class Session:
         topo = self.topology
         restore = {lane: st for lane, st in self.restore_states.items()
                    if st is not None and lane in topo.owned_lanes}
+        extra = {"prefetch": self.pipeline._prefetch} if self.pipeline._prefetch else {}
         return LanePlan(self.plan, self.pipeline.work_source, topo.owned_lanes,
-                        topo.canonical_replicas, self.micro, restore or None)
+                        topo.canonical_replicas, self.micro, restore or None, extra)
 
     def _make_engine(self):
         if self.kind == "inline" or self.workers == 0:

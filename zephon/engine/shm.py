@@ -27,6 +27,10 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import weakref
+from collections import defaultdict, deque
+
+import numpy as np
 
 try:
     import _posixshmem
@@ -188,3 +192,60 @@ class SlotViews:
 
     def map(self, i: int) -> mmap.mmap:
         return self.maps[i]
+
+
+class PrivateBuffers:
+    """Process-private copies of frames, in reused memory.
+
+    When the coordinator copies a worker result out of its slot (because the worker's other
+    slots are all held as views), fresh memory for every copy would cost a page fault and the
+    kernel's zeroing per page — more than the copy itself. Buffers come back here when the last view of a copy
+    dies (the copy's root is a view over a ``memoryview`` of the buffer, so every view made from
+    it keeps that root, and only it, alive), and sizes are rounded to powers of two to be found
+    again.
+    """
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep  # free buffers kept per size, beyond that they go back to the OS
+        self.free: dict[int, list[np.ndarray]] = defaultdict(list)
+
+    def copy(self, src, n: int) -> np.ndarray:
+        cap = 1 << max(12, (n - 1).bit_length())
+        pool = self.free[cap]
+        buf = pool.pop() if pool else np.empty(cap + 64, dtype=np.uint8)
+        shift = (-buf.ctypes.data) % 64  # Arrow reads its buffers in place when aligned
+        root = np.frombuffer(memoryview(buf)[shift : shift + n], dtype=np.uint8)
+        root[:] = np.frombuffer(src, dtype=np.uint8, count=n)
+        weakref.finalize(root, self._back, pool, buf).atexit = False
+        return root
+
+    def _back(self, pool: list, buf: np.ndarray) -> None:
+        if len(pool) < self.keep:
+            pool.append(buf)
+
+
+class Leases:
+    """Slots lent out as zero-copy views: a slot comes back when the last view of it dies.
+
+    ``root`` is the uint8 array a frame was read from; every view made from it keeps it alive
+    (see ``wire``), so a weak reference on it is exact. Finalizers may run in any thread; they
+    only append to a deque, which the owner drains with ``returned``.
+    """
+
+    def __init__(self) -> None:
+        self.out: set = set()
+        self.back: deque = deque()
+
+    def __len__(self) -> int:
+        return len(self.out)
+
+    def lend(self, root: np.ndarray, key) -> None:
+        self.out.add(key)
+        weakref.finalize(root, self.back.append, key).atexit = False
+
+    def returned(self) -> list:
+        keys = []
+        while self.back:
+            keys.append(self.back.popleft())
+        self.out.difference_update(keys)
+        return keys

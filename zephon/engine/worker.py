@@ -9,8 +9,9 @@ taken stops the coordinator from handing it work (backpressure), and the pipes c
 descriptors.
 
 ``WorkerPool`` is the coordinator's side: it starts the workers, picks the least loaded one for
-each task, copies results out of the slots (freeing them at once; the reorder buffer lives in
-the coordinator, bounded by its window), and replaces a worker that dies, reporting the sequence
+each task, reads results in place (zero-copy views that hand the slot back when the serial
+stage drops them; past ``slots - 1`` held slots per worker a result is copied out instead, so
+every worker can always take new work), and replaces a worker that dies, reporting the sequence
 numbers it held so the scheduler can redo exactly those.
 """
 
@@ -24,6 +25,7 @@ import signal
 import time
 
 import cloudpickle
+import numpy as np
 
 from zephon.engine import cleanup, shm, wire
 from zephon.engine.lane import apply_ops
@@ -147,6 +149,11 @@ class WorkerPool:
         self.max_retries = max_retries
         self.on_result, self.on_failure, self.on_lost = on_result, on_failure, on_lost
         self.early_deaths = [0] * count
+        self.buffers = shm.PrivateBuffers(keep=count * spec["slots"])
+        # results stay in their slot, as views, until the serial stage drops them; at most
+        # slots - 1 per worker, so that every worker always has a slot to take new work
+        self.leases = shm.Leases()
+        self.hold_limit = spec["slots"] - 1
         self.workers: list[_Worker] = []
         self.closed = False
         for i in range(count):
@@ -163,7 +170,13 @@ class WorkerPool:
         return _Worker(index, generation, proc, here)
 
     def has_free(self) -> bool:
+        self._reclaim()
         return any(w.ready and w.free for w in self.workers)
+
+    def _reclaim(self) -> None:
+        for w, slot in self.leases.returned():
+            if self.workers[w.index] is w:  # a dead worker's slots are not coming back
+                w.free.append(slot)
 
     def submit(self, seq: int, block) -> None:
         w = max((w for w in self.workers if w.ready and w.free), key=lambda w: len(w.free))
@@ -205,10 +218,18 @@ class WorkerPool:
             _, seq, slot, length, grown = msg
             if grown:
                 w.views.attach(slot, grown)
+            del w.inflight[slot]
+            self._reclaim()
             result = None
-            if length:
-                ((_, result, _),) = wire.read_frame(wire.private_copy(w.views.map(slot), length))
-            self._free(w, slot)
+            if not length:
+                w.free.append(slot)
+            elif sum(k[0] is w for k in self.leases.out) < self.hold_limit:
+                root = np.frombuffer(w.views.map(slot), dtype=np.uint8, count=length)
+                ((_, result, _),) = wire.read_frame(root)
+                self.leases.lend(root, (w, slot))
+            else:  # keep slots circulating: this worker's others are all still in use
+                ((_, result, _),) = wire.read_frame(self.buffers.copy(w.views.map(slot), length))
+                w.free.append(slot)
             self.on_result(seq, result)
         elif tag == "fail":
             _, seq, slot, packed = msg

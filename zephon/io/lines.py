@@ -147,9 +147,16 @@ def save_index(path: Path, offsets: np.ndarray) -> None:
         tmp.unlink(missing_ok=True)
 
 
+# np.load parses the .npy header with ast.literal_eval, which CPython 3.11.7 cannot run from
+# two threads at once ("AST constructor recursion depth mismatch"); discovery loads indexes
+# from a thread pool, so headers are parsed one at a time.
+_NPY_LOCK = threading.Lock()
+
+
 def load_index(path: Path) -> np.ndarray | None:
     try:
-        offsets = np.load(path, mmap_mode="r", allow_pickle=False)
+        with _NPY_LOCK:
+            offsets = np.load(path, mmap_mode="r", allow_pickle=False)
     except (FileNotFoundError, ValueError, OSError):
         return None
     if offsets.dtype != np.int64 or offsets.ndim != 1 or len(offsets) == 0:

@@ -1,0 +1,68 @@
+"""The machine's limits on the same bytes, with no loader around them.
+
+W1: pyarrow reading the shard files whole (its own threads on all cores); W2: the tokenizer's
+batch API alone on the same text (Rust threads on all cores); W4: one memcpy of the token bytes.
+A loader can approach these but not pass them (W1's limit reads whole files sequentially, which
+a shuffled, mixed loader cannot do).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from zephon.bench.corpus import Corpus
+from zephon.bench.params import BenchParams
+
+
+def raw_read(corpus: Corpus, fmt: str, params: BenchParams) -> dict:
+    """Records/s of pyarrow reading the shard files, passing over them again if needed."""
+    import pyarrow.json as pj
+    import pyarrow.parquet as pq
+
+    files = corpus.files(fmt)
+    records = nbytes = 0
+    t0 = time.perf_counter()
+    while records < params.w1_records and time.perf_counter() - t0 < params.seconds:
+        for f in files:
+            table = pq.read_table(f) if fmt == "parquet" else pj.read_json(f)
+            records += table.num_rows
+            nbytes += table.nbytes
+    secs = time.perf_counter() - t0
+    return {"records": records, "tokens": 0, "seconds": secs, "bytes": nbytes}
+
+
+def tokenizer_alone(corpus: Corpus, params: BenchParams) -> dict:
+    """Tokens/s of ``encode_batch`` over the corpus text (loaded beforehand, not timed)."""
+    import pyarrow.parquet as pq
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(corpus.tokenizer_path)
+    texts: list[str] = []
+    for f in corpus.files("parquet"):
+        texts.extend(pq.read_table(f, columns=["text"]).column("text").to_pylist())
+    # interleave the datasets a little, as the mixture would, instead of all code first
+    texts = texts[::2] + texts[1::2]
+    tokens = records = 0
+    t0 = time.perf_counter()
+    while tokens < params.w2_tokens and time.perf_counter() - t0 < params.seconds:
+        i = records % len(texts)
+        part = texts[i:i + 1024]
+        tokens += sum(len(e.ids) + 2 for e in tok.encode_batch(part, add_special_tokens=False))
+        records += len(part)
+    return {"records": records, "tokens": tokens, "seconds": time.perf_counter() - t0}
+
+
+def memcpy(params: BenchParams) -> dict:
+    """Tokens/s of copying int32 token ids once (the least a loader that moves them can do)."""
+    n = min(params.w4_tokens, 50_000_000)
+    src = np.ones(n, dtype=np.int32)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)  # fault the pages in first: the loaders' buffers are warm too
+    copies = 0
+    t0 = time.perf_counter()
+    while copies < 3:
+        np.copyto(dst, src)
+        copies += 1
+    return {"records": 0, "tokens": n * copies, "seconds": time.perf_counter() - t0}

@@ -1,0 +1,150 @@
+"""A record-level ``Accumulator`` + ``process_many`` as one lane's serial block accumulator.
+
+The engine drives blocks; a user operator thinks in records and groups. Per lane, ``RecordLane``
+turns each pushed block into records, lets the user's accumulator decide the groups, runs
+``process_many`` on each ready group and lays the outputs back out as a block.
+
+Checkpoints need no help from the accumulator: this adapter knows which records it pushed and
+which came back in a ready group, so the records still held are exactly "pushed, not yet
+released" and are named by their cursors like the built-ins' held records. Restore re-derives
+them and pushes them, in arrival order, into a fresh accumulator. That is exact for any
+accumulator whose state is a function of the records it holds (counting, grouping by key or
+size); ``validate()`` checks it (``ACC_NOT_RESTORABLE``), and restore refuses an accumulator
+that releases a group while being refilled.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from zephon.block import Block
+from zephon.engine.refs import refs_of
+from zephon.ops import recipes
+from zephon.ops.base import LaneAccumulator, OpContext, ReadyBatch
+from zephon.ops.held_store import HeldStore
+from zephon.ops.user_calls import call_user, elements_of, sample_of
+from zephon.types import SampleBatch, records_from_block
+
+if TYPE_CHECKING:
+    from zephon.ops.add_op import UserOp
+
+
+class RecordLane(LaneAccumulator):
+    def __init__(self, op: UserOp, lane_id: int, ctx: OpContext) -> None:
+        self.op = op
+        self.lane_id = lane_id
+        self.ctx = ctx
+        self._reset()
+
+    def _reset(self) -> None:
+        self.acc = self.op.new_accumulator(self.ctx)
+        self.store = HeldStore()  # the pushed blocks, rows addressed by arrival id
+        self.next_id = 0
+        # id(element) -> (first arrival id, rows, element); insertion order = arrival order.
+        # The element itself is kept so its id() cannot be reused while it is waiting.
+        self.waiting: dict[int, tuple[int, int, Any]] = {}
+
+    # -- driving -----------------------------------------------------------------------------
+
+    def push(self, block: Block) -> list[Block]:
+        if not len(block):
+            return []
+        elems = self._admit(block)
+        groups = call_user(self.op.op_name, self.acc.push_many, (elems,), elems)
+        return self._release(groups)
+
+    def _admit(self, block: Block) -> list:
+        first = self.next_id
+        self.store.add(block, np.arange(first, first + len(block), dtype=np.int64))
+        self.next_id += len(block)
+        elems = elements_of(block)
+        at = first
+        for e in elems:
+            rows = len(e) if isinstance(e, SampleBatch) else 1
+            self.waiting[id(e)] = (at, rows, e)
+            at += rows
+        return elems
+
+    def _release(self, groups: list[ReadyBatch]) -> list[Block]:
+        if not isinstance(groups, list):
+            raise TypeError(f"operator {self.op.op_name}: the accumulator must return a list of "
+                            f"(elements, waited_ns) groups, got {type(groups).__name__}")
+        out: list[Block] = []
+        for g in groups:
+            elems = g[0] if isinstance(g, tuple) else g
+            if not isinstance(elems, list):
+                raise TypeError(f"operator {self.op.op_name}: each ready group must be "
+                                "(list_of_elements, waited_ns)")
+            if elems:
+                out.extend(self._process(elems))
+        return out
+
+    def _process(self, elems: list) -> list[Block]:
+        ids = []
+        for e in elems:
+            entry = self.waiting.pop(id(e), None)
+            if entry is None:
+                raise RuntimeError(f"operator {self.op.op_name}: its accumulator released an "
+                                   f"element it was not given, or released it twice "
+                                   f"(sample {sample_of(e)})")
+            ids.extend(range(entry[0], entry[0] + entry[1]))
+        inputs = self.store.pop(np.asarray(ids, dtype=np.int64))
+        batches = inputs.is_batch or isinstance(elems[0], SampleBatch)
+
+        def single(i: int) -> tuple:  # a fresh copy of element i, to find the record at fault
+            return ([records_from_block(inputs.slice(i, i + 1))[0]],)
+
+        blocks = self.op.run_group(elems, None if batches else single, self.lane_id)
+        if self.op.emit_recipes and not batches and blocks:
+            body = ",".join(recipes.fragments(inputs))
+            blk = blocks[0]
+            blocks = [recipes.attach(blk, [recipes.make("g", m, body) for m in range(len(blk))])]
+        return blocks
+
+    def flush(self) -> list[Block]:
+        groups = call_user(self.op.op_name, self.acc.flush, (), [])
+        out = self._release(groups)
+        if self.waiting or self.acc.has_pending_data():
+            lost = len(self.waiting)
+            raise RuntimeError(f"operator {self.op.op_name}: its accumulator still holds {lost} "
+                               "record(s) after flush() at the end of the stream; flush must "
+                               "release everything it holds (accumulator flush contract)")
+        self._reset()
+        return out
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def held(self) -> int:
+        return len(self.store)
+
+    def get_state(self) -> dict:
+        state: dict[str, Any] = {"held": refs_of(self.store.block())}
+        sizes = [rows for _, rows, e in self.waiting.values() if isinstance(e, SampleBatch)]
+        if sizes:
+            state["batch_sizes"] = sizes
+        return state
+
+    def set_state(self, state: dict, held: Block | None) -> None:
+        self._reset()
+        if held is None or not len(held):
+            return
+        sizes = state.get("batch_sizes")
+        if sizes:  # held batches were re-derived as one run of rows: cut them apart again
+            cuts = np.cumsum([0, *sizes])
+            parts = [held.slice(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]
+            for p in parts:
+                p.is_batch = True
+        else:
+            parts = [held]
+        elems = []
+        for p in parts:
+            elems.extend(self._admit(p))
+        groups = call_user(self.op.op_name, self.acc.push_many, (elems,), elems)
+        if groups:
+            raise RuntimeError(
+                f"operator {self.op.op_name}: restoring its accumulator by pushing back the "
+                f"{len(elems)} record(s) it held released a group; Zephon restores an "
+                "accumulator from the records it holds, so its grouping must depend only on "
+                "them (see docs/user_operators.md, 'Checkpoints')")

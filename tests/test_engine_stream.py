@@ -82,6 +82,17 @@ def test_checkpoints_identical_to_inline():
     assert proc.checkpoint() == inline.checkpoint()  # lanes' final states too
 
 
+def test_restore_through_the_process_engine_resumes_the_stream():
+    want = reference()
+    p = build(num_workers=2)
+    it = iter(p)
+    head = [signature(next(it)) for _ in range(17)]
+    state = p.checkpoint()
+    p.close()
+    resumed = build(num_workers=3, prefetch_batches=2).restore(state)
+    assert head + [signature(u) for u in resumed] == want
+
+
 def test_batches_are_views_of_shared_memory():
     p = build(num_workers=2)
     seen = 0

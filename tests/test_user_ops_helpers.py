@@ -11,7 +11,15 @@ import os
 
 from zephon import Pipeline
 from zephon.io import Dataset, InMemoryShard
-from zephon.ops import BaseOp, CountingAccumulator, OpContext, OpTraits, pack_meta, spawn_child
+from zephon.ops import (
+    Accumulator,
+    BaseOp,
+    CountingAccumulator,
+    OpContext,
+    OpTraits,
+    pack_meta,
+    spawn_child,
+)
 from zephon.types import SampleBatch, SampleRecord
 from zephon.work import StaticMixtureWorkSource
 
@@ -168,3 +176,62 @@ class GroupedPairs(BaseOp):
 
     def validation_samples(self):
         return [{"text": f"t{i}", "n": i} for i in range(12)]
+
+
+# -- custom accumulators -------------------------------------------------------------------
+
+
+class ByParity(Accumulator):
+    """A custom grouping accumulator: records pair up with the next one of the same parity."""
+
+    def __init__(self) -> None:
+        self.buf: dict[tuple, list] = {}
+
+    def push_many(self, elems):
+        out = []
+        for e in elems:
+            key = (e.meta.lane_id, e.payload.get("n", e.payload.get("value", 0)) % 2)
+            self.buf.setdefault(key, []).append(e)
+            if len(self.buf[key]) == 2:
+                out.append((self.buf.pop(key), 0))
+        return out
+
+    def flush(self, *, reset=False, lane_id=None):
+        keys = [k for k in sorted(self.buf) if lane_id is None or k[0] == lane_id]
+        return [(self.buf.pop(k), 0) for k in keys]
+
+    def has_pending_data(self, lane_id=None):
+        return any(v for k, v in self.buf.items() if lane_id is None or k[0] == lane_id)
+
+
+class WarmUp(Accumulator):
+    """Hidden state: a lane's first group has 2 records, later ones 4 (not a function of the
+    records held)."""
+
+    def __init__(self) -> None:
+        self.lanes: dict[int, tuple[list, int]] = {}
+
+    def push_many(self, elems):
+        out = []
+        for e in elems:
+            buf, size = self.lanes.get(e.meta.lane_id, ([], 2))
+            buf = buf + [e]
+            if len(buf) == size:
+                out.append((buf, 0))
+                buf, size = [], 4
+            self.lanes[e.meta.lane_id] = (buf, size)
+        return out
+
+    def flush(self, *, reset=False, lane_id=None):
+        lanes = sorted(self.lanes) if lane_id is None else [lane_id]
+        out = []
+        for lane in lanes:
+            buf, size = self.lanes.pop(lane, ([], 2))
+            if buf:
+                out.append((buf, 0))
+            if not reset:
+                self.lanes[lane] = ([], size)
+        return out
+
+    def has_pending_data(self, lane_id=None):
+        return any(buf for lane, (buf, _) in self.lanes.items() if lane_id in (None, lane))

@@ -103,6 +103,12 @@ class RuntimeOptions:
                 value = str(value).lower()
                 if value not in ("strict", "warn", "off"):
                     raise ValueError(f"auto_validation must be strict|warn|off, got {value!r}")
+            if name == "io_options":
+                from zephon.io import StoreOptions
+
+                prev = self.explicit.get("io_options")
+                value = (StoreOptions.coerce(prev).merged(value) if prev is not None
+                         else StoreOptions.coerce(value))
             if name == "mp_context":
                 self.explicit["start_method"] = value
             self.explicit[name] = value

@@ -210,6 +210,10 @@ class Pipeline:
 
         datasets = self.work_source.datasets_by_id
         datasets = [datasets[i] for i in sorted(datasets)] if isinstance(datasets, Mapping) else list(datasets)
+        io = self._options.explicit.get("io_options")
+        if io is not None:  # storage settings travel with the (pickled) datasets
+            datasets = [ds.with_store_options(io) if hasattr(ds, "with_store_options") else ds
+                        for ds in datasets]
         return [FetchOp(datasets, **self._fetch_kw), *self._ops]
 
     def __iter__(self) -> Iterator[Any]:

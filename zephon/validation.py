@@ -203,14 +203,20 @@ def probe_process_many(op: UserOp, lanes: dict[int, list], add: Callable[..., No
     from zephon.ops.user_calls import user_outputs
 
     order = sorted(lanes)
+    # Probes run on copies made before any call, the way each worker process receives the
+    # operator: the live instance is left untouched, and calls on the second copy in another
+    # order show whether the output depends on earlier calls.
+    subject, twin = _twin(op.inner), _twin(op.inner)
+    subject = subject if subject is not None else op.inner
 
-    def run(lane_order: list[int], split: bool = False) -> dict[int, list]:
+    def run(lane_order: list[int], split: bool = False, inner: Any = None) -> dict[int, list]:
+        fn = (inner or subject).process_many
         res = {}
         for lane in lane_order:
             if split:  # one call per element, outputs concatenated
-                res[lane] = [o for e in lanes[lane] for o in op.inner.process_many(fresh([e]))]
+                res[lane] = [o for e in lanes[lane] for o in fn(fresh([e]))]
             else:
-                res[lane] = op.inner.process_many(fresh(lanes[lane]))
+                res[lane] = fn(fresh(lanes[lane]))
         return res
 
     try:
@@ -237,31 +243,38 @@ def probe_process_many(op: UserOp, lanes: dict[int, list], add: Callable[..., No
     def sigs(res: dict[int, list]) -> dict[int, list]:
         return {lane: [signature(o) for o in out] for lane, out in res.items()}
 
+    def attempt(*args: Any, **kw: Any) -> dict[int, list]:
+        try:
+            return sigs(run(*args, **kw))
+        except Exception as e:  # raising where the first run did not: a difference too
+            return {-1: [("raised", type(e).__name__, str(e))]}
+
     base = sigs(first)
-    try:
-        again = sigs(run(order))
-    except Exception as e:
-        again = {-1: [("raised", type(e).__name__, str(e))]}
-    if again != base:
+    if attempt(order) != base:
         add("error", "OP_NONDETERMINISTIC", "two identical calls on the same records gave "
             "different outputs: process_many must not keep state across calls or use unseeded "
             "randomness (derive randomness from the record, e.g. its sample_id)")
-    elif sigs(run(order[::-1])) != base:
+    elif twin is not None and attempt(order[::-1], inner=twin) != base:
         add("error", "OP_DEPENDS_ON_PREVIOUS_CALLS", "a lane's output changes with the calls "
             "made before it: process_many must depend only on its argument")
     _identity_checks(first, lanes, add)
     grouped = not op.is_serial() and not op.traits().batch_shape_sensitive
     if grouped and not any(isinstance(e, SampleBatch) for es in lanes.values() for e in es):
-        try:
-            if sigs(run(order, split=True)) != base:
-                add("error", "OP_GROUPING_DEPENDENT", "the output depends on how records are "
-                    "grouped into calls; groups follow micro_batch_size, so the data would too. "
-                    "Group explicitly with accumulator=CountingAccumulator(...) and set "
-                    "batch_shape_sensitive=True")
-        except Exception as e:
-            add("error", "OP_GROUPING_DEPENDENT", f"process_many raised {type(e).__name__} on a "
-                "single record although it accepts a group of them")
+        if attempt(order, split=True) != base:
+            add("error", "OP_GROUPING_DEPENDENT", "the output depends on how records are "
+                "grouped into calls; groups follow micro_batch_size, so the data would too. "
+                "Group explicitly with accumulator=CountingAccumulator(...) and set "
+                "batch_shape_sensitive=True")
     return True
+
+
+def _twin(inner: Any) -> Any:
+    try:
+        import cloudpickle
+
+        return cloudpickle.loads(cloudpickle.dumps(inner))
+    except Exception:  # not picklable: the process engine would refuse it anyway
+        return None
 
 
 def _identity_checks(first: dict[int, list], lanes: dict[int, list],

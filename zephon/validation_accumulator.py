@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from zephon.ops.add_op import UserOp
@@ -139,6 +140,21 @@ def _probe_reset(op: UserOp, ctx: OpContext, lanes: dict[int, list], add: Callab
             "does not behave like a new one: state was left behind")
 
 
+def _longer(seq: list, copies: int = 3) -> list:
+    """The lane's records repeated under new offsets: long enough for hidden state to show."""
+    if not seq or not all(isinstance(e, SampleRecord) for e in seq):
+        return seq
+    n = max(e.meta.chunk_offset for e in seq) + 1
+    out = []
+    for c in range(copies):
+        for e in seq:
+            m = e.meta
+            sid = (m.sample_id[0], m.sample_id[1], m.sample_id[2] + c * n)
+            out.append(SampleRecord(replace(m, sample_id=sid, chunk_offset=m.chunk_offset + c * n),
+                                    e.payload))
+    return out
+
+
 def _probe_restore(op: UserOp, ctx: OpContext, seq: list, add: Callable[..., None],
                    fresh: Callable[[list], list]) -> None:
     """A checkpoint restores an accumulator by pushing back the records it held."""
@@ -149,6 +165,7 @@ def _probe_restore(op: UserOp, ctx: OpContext, seq: list, add: Callable[..., Non
         out.extend([ident(x) for x in g] for g in _groups(acc.flush()))
         return out
 
+    seq = _longer(seq)
     for k in range(1, len(seq)):
         acc = op.new_accumulator(ctx)
         released: set = set()

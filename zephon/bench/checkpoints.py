@@ -1,8 +1,8 @@
 """W3: checkpoint and restore, as Zephon runs it.
 
-``run_w3``: the W2 pipeline delivers some batches and is checkpointed (size of the JSON, time);
-then, each from scratch, a cold start of the same pipeline and a restored one run to their first
-batch. Both times include building the pipeline, so restore overhead shows as their ratio
+W3: the W2 pipeline delivers some batches (those of a W2 measurement, or ``w3_batches``) and is
+checkpointed (size of the JSON, time); then, each from scratch, a cold start of the same
+pipeline and a restored one run to their first batch. Both times include building the pipeline, so restore overhead shows as their ratio
 (target <= 1.2). The restored first batch is compared with the batch the original run delivered
 next: a restore that is fast but wrong would not count.
 
@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from zephon.bench.corpus import Corpus
 from zephon.bench.params import BenchParams
-from zephon.bench.workloads import build
+from zephon.bench.workloads import build, clear_caches
 
 
 def _ids(batch: Any) -> np.ndarray:
@@ -30,6 +31,7 @@ def _ids(batch: Any) -> np.ndarray:
 
 
 def _first_batch(make, state: dict | None) -> tuple[float, Any]:
+    clear_caches()  # a restart is a new process: nothing decoded yet
     t0 = time.perf_counter()
     p = make()
     if state is not None:
@@ -41,15 +43,10 @@ def _first_batch(make, state: dict | None) -> tuple[float, Any]:
         p.close()
 
 
-def checkpoint_after(make, batches: int) -> dict:
-    """Deliver ``batches`` batches, checkpoint, note the next batch, then cold start and restore."""
-    p = make()
-    t0 = time.perf_counter()
-    it = iter(p)
+def checkpoint_now(p: Any, it: Any, make: Callable[[], Any]) -> dict:
+    """Checkpoint ``p`` (being iterated by ``it``), note its next batch and close it; then, each
+    from scratch, a cold start of ``make()`` and a restored one run to their first batch."""
     try:
-        for _ in range(batches):
-            next(it)
-        run_s = time.perf_counter() - t0
         t1 = time.perf_counter()
         state = p.checkpoint()
         ckpt_s = time.perf_counter() - t1
@@ -59,15 +56,30 @@ def checkpoint_after(make, batches: int) -> dict:
         p.close()
     cold_s, _ = _first_batch(make, None)
     restore_s, got = _first_batch(make, json.loads(blob))
-    return {"batches": batches, "run_s": run_s, "checkpoint_bytes": len(blob),
-            "checkpoint_s": ckpt_s, "cold_first_batch_s": cold_s,
+    return {"checkpoint_bytes": len(blob), "checkpoint_s": ckpt_s, "cold_first_batch_s": cold_s,
             "restore_first_batch_s": restore_s,
             "restore_exact": bool(got.shape == expected.shape and np.array_equal(got, expected))}
 
 
+def checkpoint_after(make: Callable[[], Any], batches: int) -> dict:
+    """Deliver ``batches`` batches of a fresh ``make()``, then ``checkpoint_now``."""
+    clear_caches()
+    p = make()
+    t0 = time.perf_counter()
+    it = iter(p)
+    try:
+        for _ in range(batches):
+            next(it)
+    except BaseException:
+        p.close()
+        raise
+    run_s = time.perf_counter() - t0
+    return {"batches": batches, "run_s": run_s, **checkpoint_now(p, it, make)}
+
+
 def run_w3(corpus: Corpus, fmt: str, workers: int, params: BenchParams) -> dict:
+    """W3 on its own (the runner folds it into the W2 runs when both are asked for)."""
     out = checkpoint_after(lambda: build(corpus, "W3", fmt, workers, params), params.w3_batches)
-    # the runner's rate columns read "seconds": here, restore to first batch (lower is better)
     out["seconds"] = out["restore_first_batch_s"]
     return out
 

@@ -1,57 +1,98 @@
 """Counting what a loader delivers: records, real tokens, padding, time to the first batch.
 
-Rates are taken over the steady state, from the first batch to the last, because worker start-up
-(process spawn, imports, filling a shuffle buffer) is a one-off cost that a short run would
-otherwise blow up; the time to the first batch is reported beside them. ``ref_client.py`` keeps
-a copy of this logic because it runs inside the reference's virtualenv, where our package is
-not importable.
+Rates are steady-state rates: start-up (process spawn, imports, filling a shuffle buffer) is a
+one-off cost that a short run would blow up, so it is reported apart as the time to the first
+batch. Loaders deliver in bursts (Zephon inline turns one micro-batch of 1,024 records into a
+few dozen batches at once; a tokenizing W2 burst takes seconds), and a window that starts at a
+burst but ends in the middle of one counts work done before it began. So the window runs from
+the start of one burst to the start of a later one and counts the batches produced in between:
+those of the bursts after the first. A smooth stream is the case where every batch is a burst.
+
+This module imports only the standard library: ``ref_client.py`` loads it by file path inside
+the reference's virtualenv, where our package is not importable.
 """
 
 from __future__ import annotations
 
 import time
 
+BURST_GAP = 0.25    # a batch starts a burst when its wait is >= this share of the longest wait
+MIN_GAP_S = 0.001   # ... and at least this long (a wait shorter than this is no wait at all)
+MIN_BURSTS = 3      # burst starts needed after the first batch for a steady window
+SMOOTH_BATCHES = 10  # batches needed to call a stream without bursts smooth
+
+
+def burst_starts(times: list[float]) -> list[int]:
+    """Indices ``i >= 1`` of batches whose wait ``times[i] - times[i-1]`` starts a burst."""
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    if not gaps:
+        return []
+    theta = max(MIN_GAP_S, BURST_GAP * max(gaps))
+    return [i + 1 for i, g in enumerate(gaps) if g >= theta]
+
+
+def steady_window(times: list[float], units: list[int]) -> tuple[int, float] | None:
+    """(units, seconds) of the steady state, or None when the run cannot tell it yet.
+
+    With bursts S[0] < S[1] < ... (at least ``MIN_BURSTS``): the bursts starting at S[1] ..
+    S[-2] were produced while the loader worked between the deliveries at S[0] and S[-2];
+    S[-1] marks where the last of them ends. Without any wait (a smooth stream of at least
+    ``SMOOTH_BATCHES`` batches): everything after the first batch, over the time after it.
+    """
+    s = burst_starts(times)
+    if len(s) >= MIN_BURSTS:
+        return sum(units[s[1]:s[-1]]), times[s[-2]] - times[s[0]]
+    if not s and len(times) >= SMOOTH_BATCHES and times[-1] > times[0]:
+        return sum(units[1:]), times[-1] - times[0]
+    return None
+
 
 class Meter:
-    """Accumulates one run; ``add`` says when the run has done enough work."""
+    """Accumulates one run; ``add`` says when the run has done enough work.
 
-    def __init__(self, unit: str, limit: int, seconds: float) -> None:
-        self.unit, self.limit, self.seconds = unit, limit, seconds
+    A run ends once it has ``seconds`` of steady state and enough bursts for a steady window,
+    or after ``4 * seconds`` whatever it has. (A limit on work instead of time would end a fast
+    loader inside its first burst, where a burst and a smooth stream look alike.)
+    """
+
+    def __init__(self, unit: str, seconds: float) -> None:
+        self.unit, self.seconds = unit, seconds
         self.t0 = time.perf_counter()
-        self.t_first: float | None = None
-        self.records = self.tokens = self.padding = self.batches = 0
-        self.first = {"records": 0, "tokens": 0}
+        self.times: list[float] = []
+        self.units: list[int] = []
+        self.records = self.tokens = self.padding = 0
 
     def add(self, records: int, tokens: int = 0, padding: int = 0) -> bool:
         now = time.perf_counter()
         self.records += records
         self.tokens += tokens
         self.padding += padding
-        self.batches += 1
-        if self.t_first is None:
-            self.t_first = now
-            self.first = {"records": self.records, "tokens": self.tokens}
-        done_work = (self.records if self.unit == "records" else self.tokens) >= self.limit
-        return done_work or now - self.t_first >= self.seconds
+        self.times.append(now)
+        self.units.append(records if self.unit == "records" else tokens)
+        steady = now - self.times[0]
+        if steady >= 4 * self.seconds:
+            return True
+        return steady >= self.seconds and steady_window(self.times, self.units) is not None
 
     def result(self, **extra) -> dict:
         end = time.perf_counter()
-        first = (self.t_first or end) - self.t0
         out = {"records": self.records, "tokens": self.tokens, "padding": self.padding,
-               "batches": self.batches, "seconds": end - self.t0, "first_batch_s": first,
-               "steady_records": self.records - self.first["records"],
-               "steady_tokens": self.tokens - self.first["tokens"],
-               "steady_seconds": end - (self.t_first or end)}
+               "batches": len(self.times), "seconds": end - self.t0,
+               "first_batch_s": (self.times[0] if self.times else end) - self.t0}
+        window = steady_window(self.times, self.units)
+        if window is not None:
+            out["steady_units"], out["steady_seconds"] = window
+        else:  # too few bursts: ``rate`` falls back to end to end, start-up included
+            out["steady"] = False
         out.update(extra)
         return out
 
 
 def rate(run: dict, unit: str) -> float | None:
-    """Units per second of one run: steady state when there was one, else end to end."""
+    """``unit`` ("records" or "tokens") per second of one run: steady state when there was
+    one, else end to end (the limits, which have no start-up)."""
     if "error" in run:
         return None
-    if run.get("steady_seconds", 0) > 0 and run.get(f"steady_{unit}", 0) > 0:
-        return run[f"steady_{unit}"] / run["steady_seconds"]
-    if run.get("seconds"):
-        return run.get(unit, 0) / run["seconds"] or None
-    return None
+    if run.get("steady_seconds", 0) > 0 and run.get("steady_units", 0) > 0:
+        return run["steady_units"] / run["steady_seconds"]
+    return run[unit] / run["seconds"] if run.get("seconds") and run.get(unit) else None

@@ -1,9 +1,8 @@
 """How much work each benchmark run does: the presets behind ``--quick``, the default and the
 tiny corpus of the runner's own test.
 
-Every run stops at its work limit or its time limit, whichever comes first, the same rule for
-every system, so a slow system costs seconds rather than minutes and all rates are measured
-over at least a second or so of steady state.
+Every run measures about ``seconds`` of steady state (see ``meter.py``), the same rule for every
+system, so a slow system costs seconds rather than minutes.
 """
 
 from __future__ import annotations
@@ -16,10 +15,7 @@ class BenchParams:
     docs: int = 100_000              # documents in the generated corpus (25% code, 75% web)
     shards: int = 20
     repeats: int = 5
-    seconds: float = 4.0             # time limit of one measured run (steady state)
-    w1_records: int = 200_000        # fetch + batch(32)
-    w2_tokens: int = 8_000_000       # tokenize -> shuffle -> pack -> batch(8), real tokens out
-    w4_tokens: int = 100_000_000     # pack + batch over pre-tokenized Parquet
+    seconds: float = 4.0             # steady state measured by one run
     shuffle_buffer: int = 8192       # W2/W3 shuffle buffer, in documents
     w3_batches: int = 50             # W3: batches delivered before the checkpoint
     # W3 sweep: checkpoint size/time at these chunk sizes after these many (cheap) batches
@@ -40,14 +36,12 @@ FULL = BenchParams()
 
 # --quick: < 5 minutes on 2 shared cores. The shuffle buffer shrinks because W2 must fill it
 # (tokenizing buffer_size documents) before its first batch, for every system alike.
-QUICK = BenchParams(docs=20_000, shards=8, repeats=3, seconds=1.5, w1_records=60_000,
-                    w2_tokens=2_000_000, w4_tokens=30_000_000, shuffle_buffer=1024,
+QUICK = BenchParams(docs=20_000, shards=8, repeats=3, seconds=1.5, shuffle_buffer=1024,
                     w3_batches=20, ckpt_batches=(1000, 100_000))
 
 # The runner's own test: every workload and system once, in well under a minute. The
 # reference refuses a dataset smaller than its per-chunk quota, hence the small chunk size.
-TINY = BenchParams(docs=1200, shards=4, repeats=1, seconds=0.3, w1_records=2000,
-                   w2_tokens=100_000, w4_tokens=500_000, shuffle_buffer=64, w3_batches=3,
+TINY = BenchParams(docs=1200, shards=4, repeats=1, seconds=0.3, shuffle_buffer=64, w3_batches=3,
                    chunk_size=1024, ckpt_chunk_sizes=(256,), ckpt_batches=(20,),
                    ref_timeout_s=120.0)
 

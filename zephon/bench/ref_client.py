@@ -3,7 +3,8 @@
 It imports the reference package, never ours (``-I`` keeps our checkout off ``sys.path``),
 builds each workload's pipeline with the reference's public API, runs it ``repeats`` times in
 this one process (so interpreter start-up is paid once) and prints one JSON line: a list of
-runs, each either measurements or ``{"error": ...}``. The counting mirrors ``meter.py``.
+runs, each either measurements or ``{"error": ...}``. Runs are timed by our ``meter.py``,
+loaded by file path, so both Zephons are measured by the same code.
 """
 
 import json
@@ -67,30 +68,37 @@ def counts(batch):
     return len(recs), tokens, padding
 
 
+def _meter():
+    """Our ``meter.py``, loaded by path: it needs only the standard library."""
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "meter.py")
+    spec = importlib.util.spec_from_file_location("zephon_bench_meter", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def measure(cfg):
+    """One measured run; with cfg["checkpoint"] it ends with W3's checkpoint and restore."""
     unit = "records" if cfg["workload"] == "W1" else "tokens"
-    t0 = time.perf_counter()
+    meter = _meter().Meter(unit, cfg["seconds"])
     p = build(cfg)
-    t_first = None
-    tot = {"records": 0, "tokens": 0, "padding": 0, "batches": 0}
-    first = dict(tot)
-    for b in p:
-        r, t, pad = counts(b)
-        tot["records"] += r
-        tot["tokens"] += t
-        tot["padding"] += pad
-        tot["batches"] += 1
-        now = time.perf_counter()
-        if t_first is None:
-            t_first, first = now, dict(tot)
-        if tot[unit] >= cfg["limit"] or now - t_first >= cfg["seconds"]:
+    it = iter(p)
+    for b in it:
+        if meter.add(*counts(b)):
             break
-    end = time.perf_counter()
-    _close(p)
-    t_first = t_first or end
-    return {**tot, "seconds": end - t0, "first_batch_s": t_first - t0,
-            "steady_records": tot["records"] - first["records"],
-            "steady_tokens": tot["tokens"] - first["tokens"], "steady_seconds": end - t_first}
+    out = meter.result()
+    if cfg.get("checkpoint"):
+        try:
+            out["w3"] = {"batches": len(meter.times), "run_s": out["seconds"],
+                         **checkpoint_now(p, it, lambda: build(cfg))}
+        except Exception as e:  # keep the W2 figures of this run
+            out["w3"] = _error(e)
+    else:
+        _close(p)
+    return out
 
 
 def _close(p):
@@ -117,6 +125,19 @@ def _first_batch_s(make, state):
     return secs
 
 
+def checkpoint_now(p, it, make):
+    t1 = time.perf_counter()
+    state = p.checkpoint()
+    ckpt_s = time.perf_counter() - t1
+    size, fmt = _size(state)
+    next(it)  # as ours does (it compares this batch with the restored one)
+    _close(p)
+    cold = _first_batch_s(make, None)
+    restore = _first_batch_s(make, state)
+    return {"checkpoint_bytes": size, "checkpoint_format": fmt, "checkpoint_s": ckpt_s,
+            "cold_first_batch_s": cold, "restore_first_batch_s": restore}
+
+
 def checkpoint_after(make, batches):
     p = make()
     t0 = time.perf_counter()
@@ -124,16 +145,7 @@ def checkpoint_after(make, batches):
     for _ in range(batches):
         next(it)
     run_s = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    state = p.checkpoint()
-    ckpt_s = time.perf_counter() - t1
-    size, fmt = _size(state)
-    _close(p)
-    cold = _first_batch_s(make, None)
-    restore = _first_batch_s(make, state)
-    return {"batches": batches, "run_s": run_s, "checkpoint_bytes": size,
-            "checkpoint_format": fmt, "checkpoint_s": ckpt_s, "cold_first_batch_s": cold,
-            "restore_first_batch_s": restore, "seconds": restore}
+    return {"batches": batches, "run_s": run_s, **checkpoint_now(p, it, make)}
 
 
 def _error(e):
@@ -156,7 +168,8 @@ def main(argv):
         for _ in range(cfg["repeats"]):
             try:
                 if cfg["workload"] == "W3":
-                    runs.append(checkpoint_after(lambda: build(cfg), cfg["w3_batches"]))
+                    run = checkpoint_after(lambda: build(cfg), cfg["w3_batches"])
+                    runs.append({**run, "seconds": run["restore_first_batch_s"]})
                 else:
                     runs.append(measure(cfg))
             except Exception as e:

@@ -43,7 +43,7 @@ def parse_args(argv: list[str] | None):
                     help="worker counts to sweep (0 = inline), e.g. 0,1,2,4 (default 0,2)")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--docs", type=int, default=None, help="documents in the corpus")
-    ap.add_argument("--seconds", type=float, default=None, help="time limit of one run")
+    ap.add_argument("--seconds", type=float, default=None, help="steady-state seconds measured by one run")
     ap.add_argument("--formats", default=None, help="W1's formats (default jsonl,parquet)")
     ap.add_argument("--no-sweep", action="store_true", help="skip W3's checkpoint-size sweep")
     ap.add_argument("--out", default="bench-results", help="folder for bench.{json,md,png}")

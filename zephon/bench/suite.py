@@ -46,22 +46,40 @@ def _repeat(fn: Callable[[], dict], repeats: int) -> list[dict]:
 
 
 def _ref_cfg(corpus: Corpus, workload: str, fmt: str, workers: int, p: BenchParams) -> dict:
-    limit = {"W1": p.w1_records, "W2": p.w2_tokens}.get(workload, p.w4_tokens)
     return {"workload": workload, "datasets": corpus.datasets(fmt), "mixture": corpus.mixture,
             "tokenizer": corpus.tokenizer_path, "chunk_size": p.chunk_size, "workers": workers,
-            "shuffle_buffer": p.shuffle_buffer, "limit": limit, "seconds": p.seconds,
-            "repeats": p.repeats, "w3_batches": p.w3_batches}
+            "shuffle_buffer": p.shuffle_buffer, "seconds": p.seconds,
+            "repeats": p.repeats, "w3_batches": p.w3_batches, "checkpoint": False}
+
+
+def _w3_from_w2(cells: list[dict], fmt: str, workers: int, system: str) -> list[dict] | None:
+    """W3's runs when they were folded into the W2 runs of the same system and settings."""
+    w2 = next((c for c in cells if (c["workload"], c["format"], c["workers"], c["system"])
+               == ("W2", fmt, workers, system)), None)
+    if w2 is None or not any("w3" in r for r in w2["runs"]):
+        return None
+    runs = [r["w3"] for r in w2["runs"] if "w3" in r]
+    return [{**r, "seconds": r["restore_first_batch_s"]} if "error" not in r else r for r in runs]
 
 
 def run_cell(corpus: Corpus, workload: str, fmt: str, workers: int, system: str,
-             p: BenchParams, cells: list[dict]) -> list[dict]:
-    """The raw runs of one cell (``cells``: those summarised so far, for derived limits)."""
+             p: BenchParams, cells: list[dict], fold_w3: bool = False) -> list[dict]:
+    """The raw runs of one cell. ``cells``: those summarised so far (W3 reuses W2's runs and
+    W3's limit is Zephon's cold start); ``fold_w3``: W2 runs end with W3's checkpoint."""
+    if workload == "W3" and system in ("zephon", REFERENCE):
+        folded = _w3_from_w2(cells, fmt, workers, system)
+        if folded is not None:
+            return folded
     if system == "zephon":
         if workload == "W3":
             return _repeat(lambda: checkpoints.run_w3(corpus, fmt, workers, p), p.repeats)
-        return _repeat(lambda: workloads.run_ours(corpus, workload, fmt, workers, p), p.repeats)
+        return _repeat(lambda: workloads.run_ours(corpus, workload, fmt, workers, p,
+                                                  checkpoint=fold_w3 and workload == "W2"),
+                       p.repeats)
     if system == REFERENCE:
-        return run_reference(_ref_cfg(corpus, workload, fmt, workers, p), p.ref_timeout_s)
+        cfg = _ref_cfg(corpus, workload, fmt, workers, p)
+        cfg["checkpoint"] = fold_w3 and workload == "W2"
+        return run_reference(cfg, p.ref_timeout_s)
     if system == "torch-dataloader":
         if workload == "W3":
             return [{"error": "not applicable: a DataLoader has no checkpoint of its position"}]
@@ -130,7 +148,7 @@ def collect(corpus: Corpus, p: BenchParams, workers: list[int], wl: list[str],
                     if s == "limit" and w != "W3" and (w, fmt) in limit_cache:
                         runs = limit_cache[(w, fmt)]
                     else:
-                        runs = run_cell(corpus, w, fmt, k, s, p, cells)
+                        runs = run_cell(corpus, w, fmt, k, s, p, cells, fold_w3="W3" in wl)
                         if s == "limit":
                             limit_cache[(w, fmt)] = runs
                     cells.append(summarise(w, fmt, k, s, runs))

@@ -148,14 +148,13 @@ def run_torch(corpus: Corpus, workload: str, fmt: str, workers: int, params: Ben
     files = corpus.files(src_fmt)
     ds = _dataset(workload, files, fmt, corpus.tokenizer_path, params.shuffle_buffer)
     if workload == "W1":
-        meter = Meter("records", params.w1_records, params.seconds)
+        meter = Meter("records", params.seconds)
         loader = tud.DataLoader(ds, batch_size=32, num_workers=workers, collate_fn=list)
         for b in loader:
             if meter.add(len(b)):
                 break
     else:
-        limit = params.w2_tokens if workload == "W2" else params.w4_tokens
-        meter = Meter("tokens", limit, params.seconds)
+        meter = Meter("tokens", params.seconds)
         loader = tud.DataLoader(ds, batch_size=None, num_workers=workers)
         for b in loader:
             pad = int(b["padding"].sum())

@@ -16,6 +16,11 @@ from zephon.bench.meter import Meter
 from zephon.bench.params import BenchParams
 
 MAX_LENGTH = 2049
+# Zephon keeps decoded Parquet row groups in a per-process LRU (256 MiB by default), which would
+# hold the whole benchmark corpus after one pass and turn later passes into memory reads. Runs
+# cap it well below the corpus, as training on a corpus larger than memory would see, and start
+# with it empty.
+RG_CACHE_BYTES = 16 << 20
 UNITS = {"W1": "records", "W2": "tokens", "W3": "seconds", "W4": "tokens"}
 
 
@@ -33,7 +38,8 @@ def build(corpus: Corpus, workload: str, fmt: str, workers: int, params: BenchPa
     ws = StaticMixtureWorkSource(datasets=datasets, mixture=MixtureSpec(corpus.mixture), seed=42,
                                  chunk_size=chunk_size or params.chunk_size,
                                  exhausted_policy="repeat")
-    p = Pipeline(ws).options(num_workers=workers)
+    p = Pipeline(ws).options(num_workers=workers,
+                             io_options={"parquet_rg_cache": {"limit_bytes": RG_CACHE_BYTES}})
     if workload == "W1":
         return p.batch(microbatch_size=32)
     if workload in ("W2", "W3"):
@@ -51,6 +57,16 @@ def build(corpus: Corpus, workload: str, fmt: str, workers: int, params: BenchPa
     raise ValueError(f"unknown workload {workload!r}")
 
 
+def clear_caches() -> None:
+    """Empty this process's row-group cache and hold it to ``RG_CACHE_BYTES`` (a requested
+    limit only ever raises it; worker processes start with their own, empty)."""
+    from zephon.io.parquet import row_group_cache
+
+    cache = row_group_cache(RG_CACHE_BYTES)
+    cache.clear()
+    cache.limit_bytes = RG_CACHE_BYTES
+
+
 def batch_counts(batch: Any) -> tuple[int, int, int]:
     """(rows, real tokens, padding tokens) of a batch, from its columns (no per-row Python)."""
     block = batch.block
@@ -64,19 +80,37 @@ def batch_counts(batch: Any) -> tuple[int, int, int]:
     return len(batch), int(offsets[-1] - offsets[0]) - padding, padding
 
 
-def run_ours(corpus: Corpus, workload: str, fmt: str, workers: int, params: BenchParams,
-             **build_kw: Any) -> dict:
-    unit = "records" if workload == "W1" else "tokens"
-    limit = {"W1": params.w1_records, "W2": params.w2_tokens}.get(workload, params.w4_tokens)
-    meter = Meter(unit, limit, params.seconds)
-    p = build(corpus, workload, fmt, workers, params, **build_kw)
+def run_ours(corpus: Corpus, workload: str, fmt: str, workers: int, params: BenchParams, *,
+             checkpoint: bool = False, **build_kw: Any) -> dict:
+    """One measured run; with ``checkpoint`` (W2 only) it ends with W3's checkpoint and restore,
+    whose figures come back under "w3"."""
+    meter = Meter("records" if workload == "W1" else "tokens", params.seconds)
+
+    def make() -> Any:
+        return build(corpus, workload, fmt, workers, params, **build_kw)
+
+    clear_caches()
+    p = make()
+    it = iter(p)
     try:
-        for b in p:
+        for b in it:
             if meter.add(*batch_counts(b)):
                 break
-    finally:
+    except BaseException:
         p.close()
-    return meter.result()
+        raise
+    out = meter.result()
+    if checkpoint:
+        from zephon.bench.checkpoints import checkpoint_now
+
+        try:
+            out["w3"] = {"batches": len(meter.times), "run_s": out["seconds"],
+                         **checkpoint_now(p, it, make)}
+        except Exception as e:  # keep the W2 figures of this run
+            out["w3"] = {"error": f"{type(e).__name__}: {e}".splitlines()[0][:300]}
+    else:
+        p.close()
+    return out
 
 
 def padding_fraction(run: dict) -> float | None:

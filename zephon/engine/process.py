@@ -100,6 +100,7 @@ class CoordinatorClient:
 
     def __init__(self, lane_plan: LanePlan, cfg: EngineConfig) -> None:
         self.prefix = cfg.prefix
+        self.owner = os.getpid()  # a forked copy of this process must not stop our coordinator
         self.closed = False
         self.slots = shm.SlotViews()
         self.leases = shm.Leases()
@@ -112,7 +113,8 @@ class CoordinatorClient:
                                 name="zephon-coordinator", daemon=False)
         cleanup.register(self)
         # an abandoned engine (iterator dropped without close) still releases everything
-        self._finalizer = weakref.finalize(self, _close_quietly, self.proc, self.conn, self.prefix)
+        self._finalizer = weakref.finalize(self, _close_quietly, self.proc, self.conn,
+                                           self.prefix, self.owner)
         try:
             self.proc.start()
         finally:
@@ -177,7 +179,7 @@ class CoordinatorClient:
                               f"({describe_exit(self.proc.exitcode)})")
 
     def close(self, fast: bool = False) -> None:
-        if self.closed:
+        if self.closed or os.getpid() != self.owner:
             return
         self.closed = True
         cleanup.unregister(self)
@@ -203,7 +205,9 @@ def _close(proc, conn, prefix: str, grace: float) -> None:
     shm.sweep(prefix)  # what a killed coordinator or worker left named
 
 
-def _close_quietly(proc, conn, prefix: str) -> None:
+def _close_quietly(proc, conn, prefix: str, owner: int) -> None:
+    if os.getpid() != owner:
+        return
     try:
         _close(proc, conn, prefix, grace=1.0)
     except Exception:  # interpreter shutdown: do what can be done

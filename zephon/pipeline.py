@@ -251,6 +251,11 @@ class Pipeline:
     def close(self) -> None:
         self._changed()
 
+    def metrics_snapshot(self) -> dict | None:
+        """Per operator records/bytes/busy time, per dataset delivery against the target,
+        buffers, shared memory and memory in use; None before the first iteration."""
+        return None if self._runtime is None else self._runtime.metrics_snapshot()
+
     def to_torch_dataset(self, stateful: bool = True) -> Any:
         from zephon.engine.priming import prime
         from zephon.torch import PipelineIterableDataset

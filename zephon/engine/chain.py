@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from zephon.block import Block
+from zephon.engine import metrics
 from zephon.ops.base import BaseOp, OpContext
 from zephon.ops.errors import wrap_op_error
 
@@ -26,6 +27,7 @@ class LaneChain:
                 continue
             with wrap_op_error(self.ops[i].op_name):
                 flushed = stage.flush()
+            _count_out(self.ops[i].op_name, flushed)
             if flushed:
                 out.extend(self._run(i + 1, flushed))
         return out
@@ -36,16 +38,22 @@ class LaneChain:
             nxt: list[Block] = []
             with wrap_op_error(op.op_name, blocks):
                 for b in blocks:
+                    t0 = metrics.now()
                     if stage is not None:
-                        nxt.extend(stage.push(b))
+                        out = stage.push(b)
                     else:
                         r = op.process_block(b)
-                        if r is not None and len(r):
-                            nxt.append(r)
+                        out = [r] if r is not None and len(r) else []
+                    metrics.LOCAL.record(op.op_name, b, None, metrics.now() - t0)
+                    _count_out(op.op_name, out)
+                    nxt.extend(out)
             blocks = nxt
             if not blocks:
                 break
         return blocks
+
+    def held_by_op(self) -> dict[str, int]:
+        return {op.op_name: s.held() for op, s in zip(self.ops, self.stages) if s is not None}
 
     def get_state(self) -> list:
         """Each accumulator's state (None for stateless operators)."""
@@ -53,3 +61,10 @@ class LaneChain:
 
     def held(self) -> int:
         return sum(s.held() for s in self.stages if s is not None)
+
+
+def _count_out(name: str, blocks: list[Block]) -> None:
+    s = metrics.LOCAL.ops.setdefault(name, metrics.OpStats())
+    for b in blocks:
+        s.records_out += len(b)
+        s.bytes_out += metrics.block_bytes(b)

@@ -29,6 +29,13 @@ class InlineEngine:
     def __iter__(self) -> Iterator:
         return round_robin(self.runners)
 
+    def held_by_op(self) -> dict[str, int]:
+        held: dict[str, int] = {}
+        for r in self.runners:
+            for k, v in r.chain.held_by_op().items():
+                held[k] = held.get(k, 0) + v
+        return held
+
     def lane_states(self) -> dict[int, dict | None]:
         return {r.lane_id: r.snapshot() for r in self.runners}
 

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from zephon.block import Block
+from zephon.engine import metrics
 from zephon.engine.chain import LaneChain
 from zephon.engine.plan import Plan
 from zephon.ops.base import OpContext
@@ -17,8 +18,11 @@ from zephon.types import SampleBatch, records_from_block
 def apply_ops(ops, block: Block) -> Block | None:
     """The worker stage: stateless operators, block in, block out (None: all dropped)."""
     for op in ops:
+        t0 = metrics.now()
         with wrap_op_error(op.op_name, [block]):
-            block = op.process_block(block)
+            out = op.process_block(block)
+        metrics.LOCAL.record(op.op_name, block, out, metrics.now() - t0)
+        block = out
         if block is None or not len(block):
             return None
     return block
@@ -99,7 +103,9 @@ class LaneRunner:
                 return None
             self.base = {"position": list(self.position), "ops": self.chain.get_state()}
             self.since = 0
+            t0 = metrics.now()
             item = next(self.prepared, None)
+            metrics.LOCAL.wait_ns += metrics.now() - t0
             if item is None:
                 outs = self.chain.finish()
                 self.done = True

@@ -64,14 +64,59 @@ class Session:
         return ProcessEngine(self.lane_plan(), self.workers, self.pipeline._options,
                              runner=self.kind)
 
+    def _observer(self):
+        from zephon.engine.observe import Observer
+
+        ws = self.pipeline.work_source
+        names = list(ws.component_ids())
+        weights = dict(getattr(getattr(ws, "mixture", None), "weights", {}) or {})
+        progress = bool(self.pipeline._options.get("progress"))
+        return Observer(names, weights, progress)
+
     def __iter__(self) -> Iterator[Any]:
+        from zephon.engine import metrics
+
         self.active = True
         self.engine = self._make_engine()
         self.pipeline._pending_restore = None
+        self.observer = obs = self._observer()
+        sink = self._sink()
+        it = iter(self.engine)
         try:
-            yield from self.engine
+            while True:
+                t0 = metrics.now()
+                unit = next(it, None)
+                if unit is None:
+                    break
+                obs.delivered(unit, metrics.now() - t0)
+                if sink is not None:
+                    sink.maybe_emit(self.metrics_snapshot)
+                yield unit
         finally:
+            if obs.progress is not None:
+                obs.progress.close()
             self.close()
+
+    def _sink(self):
+        conf = self.pipeline._observability
+        if not conf or conf.get("tracking") == "off" or conf.get("sink") is None:
+            return None
+        from zephon.observability import MetricsSink, MetricsSinkConfig
+
+        sink = conf["sink"]
+        return MetricsSink(sink if isinstance(sink, MetricsSinkConfig) else MetricsSinkConfig(**sink))
+
+    def metrics_snapshot(self) -> dict | None:
+        obs = getattr(self, "observer", None)
+        if obs is None:
+            return None
+        engine = self.engine
+        if engine is not None and hasattr(engine, "held_by_op"):
+            obs.held = engine.held_by_op()
+        if engine is not None and hasattr(engine, "collect_metrics"):
+            for delta in engine.collect_metrics():
+                obs.merge(delta)
+        return obs.snapshot({"engine": self.kind, "workers": self.workers})
 
     def lane_states(self) -> dict[int, dict | None]:
         """Per owned lane: its state at the last unit delivered to the caller."""

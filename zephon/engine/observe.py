@@ -1,0 +1,185 @@
+"""What a running pipeline is doing: ``metrics_snapshot()`` and the live progress display.
+
+Operator counters come from every process of the pipeline (see ``metrics``); delivery counts
+(records and tokens per dataset against the target mixture) are taken here, in the training
+process, from the batches actually handed to the caller.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from zephon.block import Block, ragged_column
+from zephon.engine import metrics
+
+TOKEN_FIELDS = ("input_ids", "tokens", "token_ids", "ids")
+
+
+def _tokens_per_dataset(block: Block, n_datasets: int) -> np.ndarray | None:
+    comp = block.meta.get("comp_tokens")
+    if comp is not None:
+        out = np.zeros(n_datasets, dtype=np.int64)
+        k = min(n_datasets, comp.shape[1])
+        out[:k] = comp[:, :k].sum(axis=0)
+        return out
+    if not block.columnar:
+        return None
+    field = next((f for f in TOKEN_FIELDS if f in block.payload.column_names), None)
+    if field is None:
+        return None
+    offsets, _ = ragged_column(block.payload, field)
+    return np.bincount(block.meta["dataset_id"], weights=np.diff(offsets),
+                       minlength=n_datasets).astype(np.int64)[:n_datasets]
+
+
+class Observer:
+    """Counts deliveries, aggregates operator counters, renders snapshots and progress."""
+
+    def __init__(self, names: list[str], target: dict[str, float], progress: bool) -> None:
+        self.names = names
+        self.target = target
+        self.registry = metrics.Registry()
+        self.records = np.zeros(len(names), dtype=np.int64)
+        self.tokens = np.zeros(len(names), dtype=np.int64)
+        self.units = 0
+        self.start = time.perf_counter()
+        self.consumer_wait_ns = 0
+        self.held: dict[str, int] = {}
+        self.progress = _Progress(self) if progress else None
+
+    def delivered(self, unit: Any, wait_ns: int) -> None:
+        self.consumer_wait_ns += wait_ns
+        self.units += 1
+        block = getattr(unit, "block", None)
+        if block is not None:
+            comp = block.meta.get("comp_samples")
+            if comp is not None:
+                k = min(len(self.names), comp.shape[1])
+                self.records[:k] += comp[:, :k].sum(axis=0)
+            else:
+                self.records += np.bincount(block.meta["dataset_id"], minlength=len(self.names))[
+                    : len(self.names)]
+            t = _tokens_per_dataset(block, len(self.names))
+            if t is not None:
+                self.tokens += t
+        elif hasattr(unit, "meta"):
+            self.records[unit.meta.sample_id[0]] += 1
+        self.registry.merge(metrics.LOCAL.take_delta())
+        if self.progress is not None:
+            self.progress.tick()
+
+    def merge(self, delta: dict) -> None:
+        """Counters shipped from worker / coordinator processes."""
+        self.registry.merge(delta)
+
+    def snapshot(self, extra: dict | None = None) -> dict[str, Any]:
+        self.registry.merge(metrics.LOCAL.take_delta())
+        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        ops = {}
+        for name, s in self.registry.ops.items():
+            ops[name] = {"records_in": s.records_in, "records_out": s.records_out,
+                         "bytes_in": s.bytes_in, "bytes_out": s.bytes_out,
+                         "busy_s": s.busy_ns / 1e9, "busy_fraction": s.busy_ns / 1e9 / elapsed,
+                         "calls": s.calls, "held": self.held.get(name, 0)}
+        tot_r, tot_t = int(self.records.sum()), int(self.tokens.sum())
+        datasets = {n: {"records": int(self.records[i]), "tokens": int(self.tokens[i]),
+                        "record_share": self.records[i] / tot_r if tot_r else 0.0,
+                        "token_share": self.tokens[i] / tot_t if tot_t else 0.0,
+                        "target": self.target.get(n)} for i, n in enumerate(self.names)}
+        snap = {"elapsed_s": elapsed, "units_delivered": self.units,
+                "records_delivered": tot_r, "tokens_delivered": tot_t,
+                "records_per_s": tot_r / elapsed, "tokens_per_s": tot_t / elapsed,
+                "operators": ops, "datasets": datasets,
+                "serial_wait_s": self.registry.wait_ns / 1e9,
+                "consumer_wait_s": self.consumer_wait_ns / 1e9,
+                "bottleneck": bottleneck(ops), "rss_bytes": tree_rss(),
+                "shm_bytes": shm_bytes()}
+        if extra:
+            snap.update(extra)
+        return snap
+
+
+def bottleneck(ops: dict[str, dict]) -> str | None:
+    if not ops:
+        return None
+    name, s = max(ops.items(), key=lambda kv: kv[1]["busy_fraction"])
+    return name if s["busy_fraction"] > 0 else None
+
+
+def tree_rss() -> int:
+    try:
+        import psutil
+
+        me = psutil.Process()
+        procs = [me, *me.children(recursive=True)]
+        total = 0
+        for p in procs:
+            try:
+                total += p.memory_info().rss
+            except psutil.Error:
+                pass
+        return total
+    except Exception:  # psutil missing or the process table is unreadable
+        return 0
+
+
+def shm_bytes() -> int:
+    prefix = f"zephon_{os.getpid()}_"
+    total = 0
+    try:
+        for n in os.listdir("/dev/shm"):
+            if n.startswith(prefix):
+                try:
+                    total += os.stat(os.path.join("/dev/shm", n)).st_size
+                except OSError:
+                    pass
+    except OSError:
+        return 0
+    return total
+
+
+class _Progress:
+    """A one-line live display (tqdm when installed), refreshed at most twice a second."""
+
+    def __init__(self, obs: Observer) -> None:
+        self.obs = obs
+        self.last = 0.0
+        try:
+            from tqdm import tqdm
+
+            self.bar = tqdm(unit="batch", dynamic_ncols=True, file=sys.stderr)
+        except ImportError:
+            self.bar = None
+
+    def tick(self) -> None:
+        now = time.perf_counter()
+        if self.bar is not None:
+            self.bar.update(1)
+        if now - self.last < 0.5:
+            return
+        self.last = now
+        text = self.line()
+        if self.bar is not None:
+            self.bar.set_postfix_str(text, refresh=True)
+        else:
+            print(f"\r{text}", end="", file=sys.stderr, flush=True)
+
+    def line(self) -> str:
+        snap = self.obs.snapshot()
+        b = snap["bottleneck"]
+        hint = ""
+        if b is not None:
+            frac = snap["operators"][b]["busy_fraction"]
+            hint = f" | {b} is busy {frac:.0%} of the time" + (": add workers" if frac > 0.8 else "")
+        return (f"{snap['records_per_s']:,.0f} rec/s {snap['tokens_per_s']:,.0f} tok/s{hint}")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        else:
+            print(file=sys.stderr)

@@ -9,7 +9,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import torch.multiprocessing as mp  # noqa: E402
-
 from tests_support import dist_worker  # noqa: E402
 
 pytestmark = pytest.mark.slow

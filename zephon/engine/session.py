@@ -137,11 +137,9 @@ class Session:
 def checkpoint_of(pipeline) -> dict:
     """The checkpoint at the delivered position (or the pending restore, or the start)."""
     from zephon.engine import checkpoint
-    from zephon.engine.topology import resolve_topology
-
     from zephon.engine.gather import gather
-
     from zephon.engine.priming import prime
+    from zephon.engine.topology import resolve_topology
 
     if pipeline._pending_restore is not None:
         return pipeline._pending_restore

@@ -1,5 +1,10 @@
 """Kernel benchmarks: every kernel beside its numpy twin, packing throughput, padding.
 
+Kernels: index permutation (feistel_permute, epoch_pointers), quotas (QuotaSchedule, pure
+Python) and interleave (swrr_interleave, chunk_pointers), ragged gather/concat, the shuffle
+buffer, mixture enforcement, each packing algorithm, JSONL line indexing (scan_line_starts,
+gather_spans, key_presence). ``to_training`` and whole pipelines are in bench_pipeline.py.
+
     python -m pytest benchmarks/bench_kernels.py --benchmark-only   # pytest-benchmark tables
     python benchmarks/bench_kernels.py                                # quick tokens/s summary
 
@@ -165,6 +170,126 @@ def test_record_keys_kernel(benchmark, impl):
     n = 1_000_000
     cols = (np.zeros(n, np.int64), np.arange(n) % 7, np.arange(n), np.zeros((n, 2), np.int64))
     benchmark(mod.record_keys, *cols)
+
+
+# ---- curriculum: index permutation, quotas and interleave ------------------------------------
+@pytest.mark.parametrize("impl", IMPLS)
+def test_feistel_permute_kernel(benchmark, impl):
+    """The O(1)-memory index permutation behind every shuffled order (cycle walking included:
+    n is just above a power of two, the worst case)."""
+    mod = use(impl, "curriculum")
+    n = (1 << 20) + 1
+    idx = np.arange(1_000_000 if impl == "cython" else 200_000, dtype=np.int64)
+    out = benchmark(mod.feistel_permute, idx, n, 12345)
+    assert len(np.unique(out)) == len(idx)
+    benchmark.extra_info["indices_per_s"] = int(len(idx) / benchmark.stats.stats.min)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_epoch_pointers_kernel(benchmark, impl):
+    """One chunk's worth of a dataset's order: block permutation, shard search, within-shard
+    permutation."""
+    mod = use(impl, "curriculum")
+    sizes = np.full(400, 25_000, dtype=np.int64)
+    cum = np.concatenate(([0], np.cumsum(sizes)))
+    shard_ids = np.random.default_rng(3).permutation(len(sizes)).astype(np.int64)
+    lut, shift = mod.shard_lookup(cum, 4096)
+    count = 65_536
+    benchmark(mod.epoch_pointers, 123_456, count, int(cum[-1]), 8192, 7, cum, shard_ids, True, 9,
+              lut, shift)
+    benchmark.extra_info["pointers_per_s"] = int(count / benchmark.stats.stats.min)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_swrr_interleave_kernel(benchmark, impl):
+    """Smooth weighted round robin over a chunk's per-dataset quotas (sequential by nature:
+    the numpy twin is a Python loop, hence its smaller chunk)."""
+    mod = use(impl, "curriculum")
+    counts = np.array([4096, 8192, 2048, 2048], dtype=np.int64)
+    if impl == "numpy":
+        counts //= 8
+    benchmark(mod.swrr_interleave, counts)
+    benchmark.extra_info["positions_per_s"] = int(counts.sum() / benchmark.stats.stats.min)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_chunk_pointers_kernel(benchmark, impl):
+    """Interleave component-major pointers into read order (swrr + gather)."""
+    mod = use(impl, "curriculum")
+    counts = np.array([4096, 8192, 2048, 2048], dtype=np.int64)
+    if impl == "numpy":
+        counts //= 8
+    total = int(counts.sum())
+    rng = np.random.default_rng(4)
+    shard_ids = rng.integers(0, 100, total, dtype=np.int64)
+    sample_idx = rng.integers(0, 1 << 20, total, dtype=np.int64)
+    benchmark(mod.chunk_pointers, counts, np.arange(len(counts), dtype=np.int64), shard_ids,
+              sample_idx)
+    benchmark.extra_info["pointers_per_s"] = int(total / benchmark.stats.stats.min)
+
+
+@pytest.mark.parametrize("rule", ["closed_form", "earliest_deadline"])
+def test_quota_schedule(benchmark, rule):
+    """Per-chunk quotas (pure Python: O(C log C) closed form per chunk, or the memoised
+    earliest-deadline walk when a dataset is rarer than one sample per chunk); 1,000 chunks
+    at random positions of a long run, from a fresh schedule each round."""
+    from fractions import Fraction
+
+    from zephon.work.quotas import QuotaSchedule
+
+    if rule == "closed_form":
+        weights = [Fraction(1, 4), Fraction(1, 2), Fraction(1, 8), Fraction(1, 8)]
+    else:
+        weights = [Fraction(1, 3), Fraction(2, 3) - Fraction(1, 100_000), Fraction(1, 100_000)]
+    ks = np.random.default_rng(5).integers(0, 100_000, 1000).tolist()
+
+    def go():
+        sched = QuotaSchedule(weights, 16_384)
+        return [sched.quotas(k) for k in ks]
+
+    benchmark(go)
+    benchmark.extra_info["chunks_per_s"] = int(len(ks) / benchmark.stats.stats.min)
+
+
+# ---- JSONL line indexing ---------------------------------------------------------------------
+def _jsonl_bytes(n_lines: int = 20_000) -> np.ndarray:
+    rng = np.random.default_rng(6)
+    lines = [b'{"text": "' + b"x" * int(k) + b'", "id": ' + str(i).encode() + b"}"
+             for i, k in enumerate(rng.lognormal(np.log(1500), 0.8, n_lines).astype(int))]
+    return np.frombuffer(b"\n".join(lines) + b"\n", dtype=np.uint8)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_scan_line_starts_kernel(benchmark, impl):
+    """Line starts of a JSONL shard: what building its line index costs per byte."""
+    mod = use(impl, "lineindex")
+    buf = _jsonl_bytes()
+    starts, _, _ = benchmark(mod.scan_line_starts, buf, 0, 0, False)
+    assert len(starts) == 20_000
+    benchmark.extra_info["MB_per_s"] = round(len(buf) / benchmark.stats.stats.min / 1e6, 1)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("fn", ["gather_spans", "key_presence"])
+def test_line_span_kernels(benchmark, impl, fn):
+    """Gathering the lines a chunk asks for, and the key check run before parsing them."""
+    mod = use(impl, "lineindex")
+    buf = _jsonl_bytes()
+    starts, _, _ = compiled_or_twin("lineindex").scan_line_starts(buf, 0, 0, False)
+    ends = np.append(starts[1:] - 1, len(buf) - 1).astype(np.int64)
+    pick = np.sort(np.random.default_rng(7).choice(len(starts), 4096, replace=False))
+    s, e = np.ascontiguousarray(starts[pick]), np.ascontiguousarray(ends[pick])
+    if fn == "gather_spans":
+        benchmark(mod.gather_spans, buf, s, e)
+    else:
+        benchmark(mod.key_presence, buf, s, e, np.frombuffer(b"text", dtype=np.uint8))
+    benchmark.extra_info["lines_per_s"] = int(len(pick) / benchmark.stats.stats.min)
+
+
+def compiled_or_twin(name: str):
+    from zephon._ext import kernel
+
+    return kernel(name)
 
 
 def test_padding_fraction_best_fit_vs_first_fit(benchmark):

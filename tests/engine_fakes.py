@@ -73,6 +73,9 @@ class FakeWorkSource:
         if order is not None:
             self.all = [a[order] for a in self.all]
 
+    def component_ids(self) -> dict[str, int]:
+        return {ds.name: i for i, ds in self.datasets_by_id.items()}
+
     def lane_chunk(self, lane_id: int, lanes: int, chunk_id: int) -> FakeChunk | None:
         k = chunk_id * lanes + lane_id
         a = k * self.chunk_size

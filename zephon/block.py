@@ -216,6 +216,24 @@ class Block:
         return []
 
 
+def carry_hidden(src: Block, out: Block) -> Block:
+    """Give ``out`` the hidden ``__`` columns of ``src`` (same rows, same order).
+
+    Hidden columns (e.g. the recipe of a packed row) describe where a record came from; an
+    operator that rewrites the visible payload must not lose them.
+    """
+    if not (src.columnar and out.columnar) or len(src) != len(out):
+        return out
+    hidden = [c for c in src.payload.column_names
+              if c.startswith("__") and c not in out.payload.column_names]
+    if not hidden:
+        return out
+    table = out.payload
+    for c in hidden:
+        table = table.append_column(c, src.payload.column(c))
+    return out.with_table(table)
+
+
 def _pad_lineage(lineage: np.ndarray, depth: int) -> np.ndarray:
     if lineage.shape[1] == depth:
         return lineage

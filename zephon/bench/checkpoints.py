@@ -8,7 +8,7 @@ next: a restore that is fast but wrong would not count.
 
 ``sweep``: checkpoint size, checkpoint time and restore-to-first-batch time at several chunk
 sizes after many cheap batches (pre-tokenized documents, shuffle, pack_flat into short rows,
-batch of 8), showing that a checkpoint holds cursors whose number depends on the buffers, not
+batches of one row), showing that a checkpoint holds cursors whose number depends on the buffers, not
 on the chunk size or on how long training ran.
 """
 
@@ -84,22 +84,22 @@ def run_w3(corpus: Corpus, fmt: str, workers: int, params: BenchParams) -> dict:
     return out
 
 
-def sweep(corpus: Corpus, params: BenchParams, log=print) -> list[dict]:
+def sweep(corpus: Corpus, params: BenchParams, log: Callable[[str], None] = print) -> list[dict]:
     points = []
-    for chunk in params.ckpt_chunk_sizes:
-        for batches in params.ckpt_batches:
-            # W4 plus a shuffle before packing, so the checkpoint holds buffered cursors
-            def make(chunk: int = chunk) -> Any:
-                return build(corpus, "W4", "parquet", 0, params, chunk_size=chunk,
-                             max_length=params.ckpt_max_length, shuffle=True)
+    for chunk, batches in params.ckpt_points:
+        # W4 plus a shuffle before packing, so the checkpoint holds buffered cursors
+        def make(chunk: int = chunk) -> Any:
+            return build(corpus, "W4", "parquet", 0, params, chunk_size=chunk,
+                         max_length=params.ckpt_max_length,
+                         microbatch=params.ckpt_microbatch, shuffle=True)
 
-            try:
-                point = {"chunk_size": chunk, **checkpoint_after(make, batches)}
-            except Exception as e:  # one broken point must not hide the others
-                point = {"chunk_size": chunk, "batches": batches,
-                         "error": f"{type(e).__name__}: {e}"}
-            log(f"  W3 sweep chunk_size={chunk} batches={batches}: "
-                + (point.get("error") or f"{point['checkpoint_bytes']:,} B, "
-                   f"restore {point['restore_first_batch_s']:.2f}s"))
-            points.append(point)
+        try:
+            point = {"chunk_size": chunk, **checkpoint_after(make, batches)}
+        except Exception as e:  # one broken point must not hide the others
+            point = {"chunk_size": chunk, "batches": batches,
+                     "error": f"{type(e).__name__}: {e}"}
+        log(f"  W3 sweep chunk_size={chunk} batches={batches}: "
+            + (point.get("error") or f"{point['checkpoint_bytes']:,} B, "
+               f"restore {point['restore_first_batch_s']:.2f}s"))
+        points.append(point)
     return points

@@ -18,10 +18,12 @@ class BenchParams:
     seconds: float = 4.0             # steady state measured by one run
     shuffle_buffer: int = 8192       # W2/W3 shuffle buffer, in documents
     w3_batches: int = 50             # W3: batches delivered before the checkpoint
-    # W3 sweep: checkpoint size/time at these chunk sizes after these many (cheap) batches
-    ckpt_chunk_sizes: tuple[int, ...] = (1024, 65_536)
-    ckpt_batches: tuple[int, ...] = (1000, 100_000)
-    ckpt_max_length: int = 64        # the sweep's pack_flat length: cheap batches
+    w3_all_workers: bool = True      # W3 at every worker count, or only at the first
+    # W3 sweep: checkpoint size/time at (chunk size, after this many cheap batches)
+    ckpt_points: tuple[tuple[int, int], ...] = ((1024, 1000), (65_536, 1000), (1024, 100_000),
+                                                (65_536, 100_000))
+    ckpt_max_length: int = 256       # the sweep's pack_flat length and batch size: cheap
+    ckpt_microbatch: int = 1         # batches (about 0.1 ms each inline)
     chunk_size: int = 16_384         # WorkSource chunk size, both Zephons (the reference's default)
     ref_timeout_s: float = 600.0
     formats: tuple[str, ...] = ("jsonl", "parquet")   # W1 runs over both
@@ -35,14 +37,16 @@ class BenchParams:
 FULL = BenchParams()
 
 # --quick: < 5 minutes on 2 shared cores. The shuffle buffer shrinks because W2 must fill it
-# (tokenizing buffer_size documents) before its first batch, for every system alike.
-QUICK = BenchParams(docs=20_000, shards=8, repeats=3, seconds=1.5, shuffle_buffer=1024,
-                    w3_batches=20, ckpt_batches=(1000, 100_000))
+# (tokenizing buffer_size documents) before its first batch, for every system alike; W3 runs
+# inline only and its sweep skips 100k batches at the large chunk size (about 15 s).
+QUICK = BenchParams(docs=20_000, shards=8, repeats=3, seconds=1.0, shuffle_buffer=512,
+                    w3_batches=20, w3_all_workers=False,
+                    ckpt_points=((1024, 1000), (65_536, 1000), (1024, 100_000)))
 
 # The runner's own test: every workload and system once, in well under a minute. The
 # reference refuses a dataset smaller than its per-chunk quota, hence the small chunk size.
 TINY = BenchParams(docs=1200, shards=4, repeats=1, seconds=0.3, shuffle_buffer=64, w3_batches=3,
-                   chunk_size=1024, ckpt_chunk_sizes=(256,), ckpt_batches=(20,),
+                   chunk_size=1024, ckpt_points=((256, 20),),
                    ref_timeout_s=120.0)
 
 

@@ -15,7 +15,8 @@ import traceback
 MAX_LENGTH = 2049
 
 
-def build(cfg, *, chunk_size=None, max_length=MAX_LENGTH, shuffle=False, algorithm="best_fit"):
+def build(cfg, *, chunk_size=None, max_length=MAX_LENGTH, shuffle=False, algorithm="best_fit",
+          microbatch=8):
     from zephon import Pipeline
     from zephon.io import Dataset
     from zephon.work import MixtureSpec, StaticMixtureWorkSource
@@ -51,7 +52,7 @@ def build(cfg, *, chunk_size=None, max_length=MAX_LENGTH, shuffle=False, algorit
             p = p.shuffle(buffer_size=cfg["shuffle_buffer"], seed=1)
         return (p.pack_flat(max_length=max_length, algorithm=algorithm, num_bins=64,
                             pad_token_id=0, tokens_field="input_ids")
-                .batch(microbatch_size=8))
+                .batch(microbatch_size=microbatch))
     raise ValueError(w)
 
 
@@ -161,7 +162,8 @@ def main(argv):
             try:
                 runs.append({"chunk_size": chunk, **checkpoint_after(
                     lambda c=chunk: build(cfg, chunk_size=c, max_length=cfg["max_length"],
-                                          shuffle=True), batches)})
+                                          microbatch=cfg["microbatch"], shuffle=True),
+                    batches)})
             except Exception as e:  # the reference has bugs: record them, go on
                 runs.append({"chunk_size": chunk, "batches": batches, **_error(e)})
     else:

@@ -6,9 +6,14 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 REF_VERSION = "0.2.0"
+# Set False (``--no-install``) to use the virtualenv only if it is already there; the first
+# failure to make it is remembered so that every later cell does not try again.
+INSTALL = True
+_unavailable: list[str] = []
 
 
 def venv_dir() -> Path:
@@ -18,20 +23,26 @@ def venv_dir() -> Path:
     return Path(base)
 
 
-def ensure_reference(log=print) -> Path | None:
+def ensure_reference(log: Callable[[str], None] = print) -> Path | None:
     """Path of the reference venv's python, creating it if needed; None if it cannot be made."""
     vdir = venv_dir()
     py = vdir / "bin" / "python"
     marker = vdir / ".zephon-ref-ready"
     if marker.exists():
         return py
+    if _unavailable:
+        return None
+    if not INSTALL:
+        _unavailable.append(f"reference virtualenv not installed in {vdir} (--no-install)")
+        return None
     log(f"creating the reference Zephon {REF_VERSION} virtualenv in {vdir} (first use) ...")
     try:
         subprocess.run([sys.executable, "-m", "venv", str(vdir)], check=True)
         subprocess.run([str(py), "-m", "pip", "install", "-q", f"zephon[parquet]=={REF_VERSION}",
                         "tokenizers", "transformers"], check=True)
     except (subprocess.CalledProcessError, OSError) as e:
-        log(f"reference virtualenv unavailable: {e}")
+        _unavailable.append(f"reference virtualenv unavailable: {e}")
+        log(_unavailable[-1])
         return None
     marker.write_text(REF_VERSION)
     return py
@@ -42,7 +53,7 @@ def run_reference(cfg: dict, timeout: float = 900.0) -> list[dict]:
     whole client comes back as one run holding its error."""
     py = ensure_reference()
     if py is None:
-        return [{"error": "reference virtualenv unavailable"}]
+        return [{"error": _unavailable[-1] if _unavailable else "reference unavailable"}]
     client = Path(__file__).with_name("ref_client.py")
     # our ZEPHON_* settings mean nothing to the reference (and could mislead it)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ZEPHON_")}

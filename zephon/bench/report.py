@@ -112,7 +112,8 @@ def markdown(payload: dict[str, Any]) -> str:
     parts = [head, "", results_table(payload["results"])]
     if payload.get("checkpoints"):
         parts += ["", "W3 checkpoint size and restore (pre-tokenized documents -> shuffle("
-                  f"{p.shuffle_buffer}) -> pack_flat({p.ckpt_max_length}) -> batch(8), inline):",
+                  f"{p.shuffle_buffer}) -> pack_flat({p.ckpt_max_length}) -> "
+                  f"batch({p.ckpt_microbatch}), inline):",
                   "", checkpoint_table(payload["checkpoints"])]
     if payload.get("padding"):
         parts += ["", "W4 padding fraction on the same pre-tokenized stream:", "",

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from zephon.bench import report, suite
+from zephon.bench import reference, report, suite
 from zephon.bench.corpus import CorpusSpec, ensure_corpus
 from zephon.bench.params import preset, with_overrides
 
@@ -46,6 +46,8 @@ def parse_args(argv: list[str] | None):
     ap.add_argument("--seconds", type=float, default=None, help="steady-state seconds measured by one run")
     ap.add_argument("--formats", default=None, help="W1's formats (default jsonl,parquet)")
     ap.add_argument("--no-sweep", action="store_true", help="skip W3's checkpoint-size sweep")
+    ap.add_argument("--no-install", action="store_true",
+                    help="do not create the reference's virtualenv if it is missing")
     ap.add_argument("--out", default="bench-results", help="folder for bench.{json,md,png}")
     ap.add_argument("--corpus-dir", default=None, help="where corpora are cached "
                     "(default $ZEPHON_BENCH_DIR or ~/.cache/zephon/bench)")
@@ -83,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown workload/system: {bad}", file=sys.stderr)
         return 2
     workers = [int(w) for w in _csv(args.workers)]
+    reference.INSTALL = not args.no_install
     spec = CorpusSpec(docs=params.docs, shards=params.shards)
     corpus = ensure_corpus(spec, Path(args.corpus_dir) if args.corpus_dir else None)
     print(f"corpus {corpus.root}; workers {workers}; {params.repeats} repeats", flush=True)

@@ -9,6 +9,7 @@ and format and is shown in every worker group.
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -143,15 +144,20 @@ def collect(corpus: Corpus, p: BenchParams, workers: list[int], wl: list[str],
     limit_cache: dict[tuple[str, str], list[dict]] = {}
     for k in workers:
         for w in wl:
+            if w == "W3" and not p.w3_all_workers and k != workers[0]:
+                continue
             for fmt in formats_of(w, p):
                 for s in systems:
+                    t0 = time.perf_counter()
                     if s == "limit" and w != "W3" and (w, fmt) in limit_cache:
                         runs = limit_cache[(w, fmt)]
                     else:
-                        runs = run_cell(corpus, w, fmt, k, s, p, cells, fold_w3="W3" in wl)
+                        fold = "W3" in wl and (p.w3_all_workers or k == workers[0])
+                        runs = run_cell(corpus, w, fmt, k, s, p, cells, fold_w3=fold)
                         if s == "limit":
                             limit_cache[(w, fmt)] = runs
                     cells.append(summarise(w, fmt, k, s, runs))
+                    cells[-1]["cell_s"] = time.perf_counter() - t0  # where the minutes go
                     log(line(cells[-1]))
     return cells
 
@@ -160,7 +166,8 @@ def line(e: dict) -> str:
     m = e.get("median")
     med = "-" if m is None else (f"{m:.2f} s" if e["unit"] == "s" else f"{m:,.0f} {e['unit']}")
     extra = f"  ({e['error']})" if e.get("error") else ""
-    return f"{e['workload']} {e['format']:<9} workers={e['workers']} {e['system']:<17} {med}{extra}"
+    return (f"{e['workload']} {e['format']:<9} workers={e['workers']} {e['system']:<17} {med}"
+            f"{extra}  [{e.get('cell_s', 0):.0f} s]")
 
 
 def padding_comparison(corpus: Corpus, p: BenchParams, cells: list[dict]) -> dict:
@@ -189,9 +196,9 @@ def checkpoint_sweeps(corpus: Corpus, p: BenchParams, systems: list[str],
         out["zephon"] = checkpoints.sweep(corpus, p, log)
     if REFERENCE in systems:
         # 100k batches would take the reference minutes; its size already shows at 1k
-        points = [[c, b] for c in p.ckpt_chunk_sizes for b in p.ckpt_batches if b <= 1000]
+        points = [[c, b] for c, b in p.ckpt_points if b <= 1000]
         cfg = {**_ref_cfg(corpus, "W4", "tokenized", 0, p), "sweep": points,
-               "max_length": p.ckpt_max_length}
+               "max_length": p.ckpt_max_length, "microbatch": p.ckpt_microbatch}
         out[REFERENCE] = run_reference(cfg, p.ref_timeout_s)
         for pt in out[REFERENCE]:
             log(f"  W3 sweep reference chunk_size={pt.get('chunk_size')} "

@@ -48,12 +48,18 @@ def rebuild_inputs(chain, i: int, refs: dict | None, lane_plan, lane_id: int) ->
     else:
         block = fetch_refs(refs, lane_plan, lane_id)
         start = 0
+    reran = False
     for j in range(start, i):
         if chain.stages[j] is None:
             block = chain.ops[j].process_block(block)
+            reran = True
             if block is None:
                 raise RuntimeError(f"restore: operator {chain.ops[j].op_name} dropped a record "
                                    "it had passed before (is it deterministic?)")
+    if reran:  # a split or filter on the way must not shift which row is which
+        block = select(block, np.asarray(refs["chunk_id"], dtype=np.int64),
+                       np.asarray(refs["chunk_offset"], dtype=np.int64),
+                       np.asarray(refs["lineage"], dtype=np.int32).reshape(refs_len(refs), -1))
     return block
 
 

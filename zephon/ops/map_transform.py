@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from zephon.block import Block
+from zephon.block import Block, carry_hidden
 from zephon.ops.base import BaseOp, OpTraits
 from zephon.ops.errors import OperatorError
 from zephon.types import SampleBatch
@@ -56,7 +56,7 @@ class MapTransformOp(BaseOp):
             else:
                 results.append(q)
         base = block if keep.all() else block.filter(keep)
-        return base.with_payloads(results)
+        return carry_hidden(base, base.with_payloads(results))
 
 
 class MapBatchOp(BaseOp):

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from zephon.block import Block, add_lineage, list_array
+from zephon.block import Block, add_lineage, carry_hidden, list_array
 from zephon.ops.base import BaseOp, OpContext, OpTraits
 from zephon.ops.token_layout import bracket, split, truncate
 from zephon.ops.tokenizer_source import LoadedTokenizer, resolve_spec
@@ -180,7 +180,7 @@ class TokenizeOp(BaseOp):
                         p["attention_mask"] = [1] * len(row)
             return base.with_payloads(payloads)
         del lengths
-        return Block(base.meta, pa.table(cols), base.lineage)
+        return carry_hidden(base, Block(base.meta, pa.table(cols), base.lineage))
 
 
 def _pad_to(offsets, values, max_len, pad_id, with_mask):

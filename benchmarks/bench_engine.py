@@ -4,7 +4,9 @@
     python benchmarks/bench_engine.py [--json out.json]      # the comparative table
 
 - scaling: a CPU-bound pure-Python ``map_transform``, records/s with 1 and 2 worker
-  processes (steady state: timed from the first batch); target >= 1.8x on 2 cores;
+  processes (steady state: timed from the first batch); target >= 1.8x on 2 cores. Next to
+  it, the same function split over two bare processes: the scaling the machine offers at that
+  moment (on a shared machine other load caps both);
 - ring: a producer process writes 4 MiB frames into its slots and the consumer decodes each,
   as views that hand the slot back when dropped (the coordinator's path for worker results),
   or copying it out first (its fallback); GB/s against a plain memcpy of the same number of
@@ -14,7 +16,8 @@
 - fetch + batch over Parquet (~2 KB documents) with 2 workers, records/s, against pyarrow
   reading the same files whole; target >= 80%.
 
-The machine must be otherwise idle for the scaling figure to mean anything.
+Compared measurements are taken turn about (best of three each), so that drift in the
+machine's load weighs on both sides alike.
 """
 
 from __future__ import annotations

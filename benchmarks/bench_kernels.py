@@ -43,6 +43,13 @@ def use(impl: str, name: str):
     return mod
 
 
+def per_s(benchmark, amount) -> int | None:
+    """``amount`` per second of the fastest round; None under ``--benchmark-disable``, where
+    each benchmark runs once as a plain test."""
+    stats = benchmark.stats
+    return int(amount / stats.stats.min) if stats is not None else None
+
+
 def pack_and_build(offsets, values, algorithm: str, impl: str, block: int = 1024) -> dict:
     """Stream the corpus through a Packer and build every row; returns counts."""
     import os
@@ -76,7 +83,7 @@ def test_pack_and_build_rows_throughput(benchmark, impl, algorithm):
     info = benchmark.pedantic(pack_and_build, (offsets, values, algorithm, impl), rounds=3,
                               iterations=1)
     benchmark.extra_info.update(info)
-    benchmark.extra_info["tokens_per_s"] = int(offsets[-1] / benchmark.stats.stats.min)
+    benchmark.extra_info["tokens_per_s"] = per_s(benchmark, offsets[-1])
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -90,7 +97,7 @@ def test_pack_rows_kernel(benchmark, impl):
     out = np.empty((rows, width), np.int32)
     pos = np.empty((rows, width), np.int32)
     benchmark(mod.pack_rows, values, offsets[:-1], lengths, seg_off, 0, out, pos)
-    benchmark.extra_info["tokens_per_s"] = int(out.size / benchmark.stats.stats.min)
+    benchmark.extra_info["tokens_per_s"] = per_s(benchmark, out.size)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -127,7 +134,7 @@ def test_pack_core_kernel(benchmark, impl, algorithm):
         core.flush()
 
     benchmark(go)
-    benchmark.extra_info["tokens_per_s"] = int(offsets[-1] / benchmark.stats.stats.min)
+    benchmark.extra_info["tokens_per_s"] = per_s(benchmark, offsets[-1])
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -143,7 +150,7 @@ def test_shuffle_kernel(benchmark, impl, mode):
         core.flush()
 
     benchmark(go)
-    benchmark.extra_info["records_per_s"] = int(n / benchmark.stats.stats.min)
+    benchmark.extra_info["records_per_s"] = per_s(benchmark, n)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -161,7 +168,7 @@ def test_mix_kernel(benchmark, impl):
         core.flush()
 
     benchmark(go)
-    benchmark.extra_info["records_per_s"] = int(n / benchmark.stats.stats.min)
+    benchmark.extra_info["records_per_s"] = per_s(benchmark, n)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -182,7 +189,7 @@ def test_feistel_permute_kernel(benchmark, impl):
     idx = np.arange(1_000_000 if impl == "cython" else 200_000, dtype=np.int64)
     out = benchmark(mod.feistel_permute, idx, n, 12345)
     assert len(np.unique(out)) == len(idx)
-    benchmark.extra_info["indices_per_s"] = int(len(idx) / benchmark.stats.stats.min)
+    benchmark.extra_info["indices_per_s"] = per_s(benchmark, len(idx))
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -197,7 +204,7 @@ def test_epoch_pointers_kernel(benchmark, impl):
     count = 65_536
     benchmark(mod.epoch_pointers, 123_456, count, int(cum[-1]), 8192, 7, cum, shard_ids, True, 9,
               lut, shift)
-    benchmark.extra_info["pointers_per_s"] = int(count / benchmark.stats.stats.min)
+    benchmark.extra_info["pointers_per_s"] = per_s(benchmark, count)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -209,7 +216,7 @@ def test_swrr_interleave_kernel(benchmark, impl):
     if impl == "numpy":
         counts //= 8
     benchmark(mod.swrr_interleave, counts)
-    benchmark.extra_info["positions_per_s"] = int(counts.sum() / benchmark.stats.stats.min)
+    benchmark.extra_info["positions_per_s"] = per_s(benchmark, counts.sum())
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -225,7 +232,7 @@ def test_chunk_pointers_kernel(benchmark, impl):
     sample_idx = rng.integers(0, 1 << 20, total, dtype=np.int64)
     benchmark(mod.chunk_pointers, counts, np.arange(len(counts), dtype=np.int64), shard_ids,
               sample_idx)
-    benchmark.extra_info["pointers_per_s"] = int(total / benchmark.stats.stats.min)
+    benchmark.extra_info["pointers_per_s"] = per_s(benchmark, total)
 
 
 @pytest.mark.parametrize("rule", ["closed_form", "earliest_deadline"])
@@ -248,7 +255,7 @@ def test_quota_schedule(benchmark, rule):
         return [sched.quotas(k) for k in ks]
 
     benchmark(go)
-    benchmark.extra_info["chunks_per_s"] = int(len(ks) / benchmark.stats.stats.min)
+    benchmark.extra_info["chunks_per_s"] = per_s(benchmark, len(ks))
 
 
 # ---- JSONL line indexing ---------------------------------------------------------------------
@@ -266,7 +273,7 @@ def test_scan_line_starts_kernel(benchmark, impl):
     buf = _jsonl_bytes()
     starts, _, _ = benchmark(mod.scan_line_starts, buf, 0, 0, False)
     assert len(starts) == 20_000
-    benchmark.extra_info["MB_per_s"] = round(len(buf) / benchmark.stats.stats.min / 1e6, 1)
+    benchmark.extra_info["MB_per_s"] = per_s(benchmark, len(buf) / 1e6)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -283,7 +290,7 @@ def test_line_span_kernels(benchmark, impl, fn):
         benchmark(mod.gather_spans, buf, s, e)
     else:
         benchmark(mod.key_presence, buf, s, e, np.frombuffer(b"text", dtype=np.uint8))
-    benchmark.extra_info["lines_per_s"] = int(len(pick) / benchmark.stats.stats.min)
+    benchmark.extra_info["lines_per_s"] = per_s(benchmark, len(pick))
 
 
 def compiled_or_twin(name: str):

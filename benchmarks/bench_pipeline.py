@@ -26,6 +26,12 @@ from zephon.bench.workloads import batch_counts, build
 PARAMS = TINY  # shuffle buffer 64, chunk size 1024: a small corpus still mixes both datasets
 
 
+def per_s(benchmark, amount) -> int | None:
+    """``amount`` per second of the median round; None under ``--benchmark-disable``."""
+    stats = benchmark.stats
+    return int(amount / stats.stats.median) if stats is not None else None
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     return ensure_corpus(CorpusSpec(docs=2000, shards=4), tmp_path_factory.mktemp("bench"),
@@ -52,10 +58,9 @@ def _take(corpus, workload: str, fmt: str, batches: int) -> tuple[int, int]:
 def test_inline_pipeline(benchmark, corpus, workload, fmt, batches):
     records, tokens = benchmark.pedantic(_take, (corpus, workload, fmt, batches), rounds=3,
                                          iterations=1, warmup_rounds=1)
-    secs = benchmark.stats.stats.median
-    benchmark.extra_info["records_per_s"] = int(records / secs)
+    benchmark.extra_info["records_per_s"] = per_s(benchmark, records)
     if tokens:
-        benchmark.extra_info["tokens_per_s"] = int(tokens / secs)
+        benchmark.extra_info["tokens_per_s"] = per_s(benchmark, tokens)
 
 
 @pytest.fixture(scope="module")
@@ -89,4 +94,4 @@ def test_to_training(benchmark, packed_batch, impl):
         out = benchmark(to_training_arrays, tokens, padding_length=pad, positions=positions,
                         **TRAINING_KW)
     assert out["input_ids"].shape == (64, 2048)
-    benchmark.extra_info["tokens_per_s"] = int(out["input_ids"].size / benchmark.stats.stats.min)
+    benchmark.extra_info["tokens_per_s"] = per_s(benchmark, out["input_ids"].size)

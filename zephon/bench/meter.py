@@ -34,17 +34,23 @@ def burst_starts(times: list[float]) -> list[int]:
 def steady_window(times: list[float], units: list[int]) -> tuple[int, float] | None:
     """(units, seconds) of the steady state, or None when the run cannot tell it yet.
 
-    With bursts S[0] < S[1] < ... (at least ``MIN_BURSTS``): the bursts starting at S[1] ..
-    S[-2] were produced while the loader worked between the deliveries at S[0] and S[-2];
-    S[-1] marks where the last of them ends. Without any wait (a smooth stream of at least
+    Bursty stream (the long waits take most of the time): with burst starts S[0] < S[1] < ...
+    (at least ``MIN_BURSTS``), the bursts starting at S[1] .. S[-2] were produced while the
+    loader worked between the deliveries at S[0] and S[-2]; S[-1] marks where the last of them
+    ends. Smooth stream (an occasional long wait is a hiccup, not a burst; at least
     ``SMOOTH_BATCHES`` batches): everything after the first batch, over the time after it.
     """
+    if len(times) < 2 or times[-1] <= times[0]:
+        return None
     s = burst_starts(times)
-    if len(s) >= MIN_BURSTS:
+    waited = sum(times[i] - times[i - 1] for i in s)
+    if waited >= 0.5 * (times[-1] - times[0]):
+        if len(s) < MIN_BURSTS:
+            return None
         return sum(units[s[1]:s[-1]]), times[s[-2]] - times[s[0]]
-    if not s and len(times) >= SMOOTH_BATCHES and times[-1] > times[0]:
-        return sum(units[1:]), times[-1] - times[0]
-    return None
+    if len(times) < SMOOTH_BATCHES:
+        return None
+    return sum(units[1:]), times[-1] - times[0]
 
 
 class Meter:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import cloudpickle
 
-from zephon.engine import cleanup, shm, wire
+from zephon.engine import cleanup, metrics, shm, wire
 from zephon.engine.lane import Prepared, pointer_end, round_robin_states
 from zephon.engine.worker import WorkerCrashedError, WorkerPool
 from zephon.ops.base import OpContext, StageInfo
@@ -246,7 +246,7 @@ class OutputRing:
                 return
             grown = self.pool.grow(slot, wire.frame_size(*parts[0]))
             writer = wire.FrameWriter(self.pool.view(slot))
-        self.conn.send(("frame", slot, writer.finish(), grown))
+        self.conn.send(("frame", slot, writer.finish(), grown, metrics.LOCAL.take_delta()))
 
 
 class Coordinator(LaneScheduler):

@@ -44,6 +44,9 @@ class Observer:
         self.names = names
         self.target = target
         self.registry = metrics.Registry()
+        # counters are per process: start from zero (pipelines iterated at the same time in
+        # one process share them, so their operator figures add up)
+        metrics.LOCAL.take_delta()
         self.records = np.zeros(len(names), dtype=np.int64)
         self.tokens = np.zeros(len(names), dtype=np.int64)
         self.units = 0
@@ -69,7 +72,6 @@ class Observer:
                 self.tokens += t
         elif hasattr(unit, "meta"):
             self.records[unit.meta.sample_id[0]] += 1
-        self.registry.merge(metrics.LOCAL.take_delta())
         if self.progress is not None:
             self.progress.tick()
 

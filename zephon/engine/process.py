@@ -70,6 +70,14 @@ class ProcessEngine:
             if unit is not None:  # None: the lane ended, and this is its final state
                 yield unit
 
+    def collect_metrics(self) -> list[dict]:
+        """Operator counters shipped by the coordinator and workers since the last call."""
+        deltas = getattr(self._backend, "metric_deltas", None)
+        if not deltas:
+            return []
+        out, self._backend.metric_deltas = list(deltas), []
+        return out
+
     def lane_states(self) -> dict[int, dict | None]:
         return dict(self.last_states)
 
@@ -105,6 +113,7 @@ class CoordinatorClient:
         self.slots = shm.SlotViews()
         self.leases = shm.Leases()
         self.copied: list[int] = []  # slots whose frame was copied out: free at once
+        self.metric_deltas: list[dict] = []  # operator counters from coordinator and workers
         self.hold_limit = min(cfg.prefetch // 2, cfg.prefetch - 1)
         ctx = mp_context(cfg.start_method, "zephon.engine.coordinator")
         blobs = (cloudpickle.dumps(lane_plan), cloudpickle.dumps(lane_plan.plan.worker_ops))
@@ -132,7 +141,8 @@ class CoordinatorClient:
             msg = self._recv()
             tag = msg[0]
             if tag == "frame":
-                yield from self._units(*msg[1:])
+                self.metric_deltas.append(msg[4])
+                yield from self._units(*msg[1:4])
             elif tag == "ready":
                 self.slots.attach_all(msg[1])
             elif tag == "end":

@@ -27,7 +27,7 @@ import time
 import cloudpickle
 import numpy as np
 
-from zephon.engine import cleanup, shm, wire
+from zephon.engine import cleanup, metrics, shm, wire
 from zephon.engine.lane import apply_ops
 from zephon.ops.base import OpContext, StageInfo
 from zephon.ops.errors import ZephonError
@@ -100,7 +100,7 @@ def _serve(conn, ops, pool: shm.SlotPool) -> None:
             reply = _result(pool, seq, slot, apply_ops(ops, task))
         except Exception as e:
             reply = ("fail", seq, slot, wire.pack_exception(e))
-        conn.send(reply)
+        conn.send((*reply, metrics.LOCAL.take_delta()))  # operator counters ride along
 
 
 def _result(pool: shm.SlotPool, seq: int, slot: int, block) -> tuple:
@@ -214,6 +214,9 @@ class WorkerPool:
 
     def _message(self, w: _Worker, msg: tuple) -> None:
         tag = msg[0]
+        if tag in ("done", "fail"):
+            metrics.LOCAL.merge(msg[-1])  # the worker's operator counters
+            msg = msg[:-1]
         if tag == "done":
             _, seq, slot, length, grown = msg
             if grown:

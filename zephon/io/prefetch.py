@@ -29,7 +29,9 @@ class ShardPrefetcher:
         self._pool: ThreadPoolExecutor | None = ThreadPoolExecutor(
             max_workers=parallelism, thread_name_prefix="zephon-prefetch")
         self._inflight: dict[tuple[int, int], Future] = {}
-        self._lock = threading.Lock()
+        # re-entrant: a future that is already done runs its callback (which takes the lock)
+        # inside add_done_callback, while submit still holds it
+        self._lock = threading.RLock()
         self._errors: list[BaseException] = []
         self.completed = 0
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from zephon import Pipeline, synthetic
 from zephon.io import Dataset
-from zephon.work import MixtureSpec, StaticMixtureWorkSource
+from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
 
 
 def build(root: Path, docs: int, workers: int | None, max_length: int) -> Pipeline:
@@ -35,7 +35,7 @@ def build(root: Path, docs: int, workers: int | None, max_length: int) -> Pipeli
     web = Dataset.from_path("web", str(web_dir))
     ws = StaticMixtureWorkSource(datasets=[code, web],
                                  mixture=MixtureSpec({"code": 0.25, "web": 0.75}), seed=42,
-                                 chunk_size=4096, token_estimation=None)
+                                 chunk_size=4096, token_estimation=TokenEstimation())
     p = (Pipeline(ws)
          .tokenize(tokenizer=tokenizer, field="text")
          .shuffle(buffer_size=2048, seed=1)
@@ -76,15 +76,17 @@ def main(argv: list[str] | None = None) -> int:
             padl = batch.block.meta.get("padding_length")
             pad += int(padl.sum()) if padl is not None else 0
             if n_batches < args.show:
-                print(f"batch {n_batches}: input_ids {out['input_ids'].shape} labels "
-                      f"{out['labels'].shape} lanes {sorted(set(batch.lane_ids))} docs/row "
-                      f"{[len(r) - 1 for r in out['cu_seqlens'].tolist()][:4]}...")
+                docs = batch.block.meta["comp_samples"].sum(axis=1).tolist()
+                print(f"batch {n_batches}: input_ids {tuple(out['input_ids'].shape)} labels "
+                      f"{tuple(out['labels'].shape)} lane {batch.lane_ids[0]} documents per row "
+                      f"{docs} padding {batch.block.meta['padding_length'].tolist()}")
             n_batches += 1
         secs = time.perf_counter() - t1
         total = int(tokens.sum())
         print(f"\n{n_batches} batches in {secs:.2f}s (first batch after {first or 0:.2f}s)")
         if total:
             print(f"realised token mixture: code {tokens[0] / total:.3f}, web {tokens[1] / total:.3f}"
-                  " (target 0.250 / 0.750)")
+                  " (target 0.250 / 0.750 of tokens; sample ratios from "
+                  f"{p.work_source.token_ratios and 'measured tokens per byte'})")
             print(f"throughput: {total / secs:,.0f} tokens/s, padding {pad / (pad + total):.2%}")
     return 0

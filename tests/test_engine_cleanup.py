@@ -54,7 +54,10 @@ class Scenario:
             cwd=TESTS, env=env)
         info = json.loads(self.line())
         self.prefix, self.pids = info["prefix"], info["pids"]
-        assert len(self.pids) >= 3 and self.prefix.startswith("zephon_")  # coordinator + 2
+        # coordinator + 2 workers; with an early exception the coordinator may already have
+        # stopped its workers before the first batch reaches us, so only it is certain
+        assert len(self.pids) >= (1 if kind == "exception" else 3)
+        assert self.prefix.startswith("zephon_")
 
     def line(self) -> str:
         line = self.proc.stdout.readline()

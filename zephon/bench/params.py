@@ -16,6 +16,7 @@ class BenchParams:
     shards: int = 20
     repeats: int = 5
     seconds: float = 4.0             # steady state measured by one run
+    w2_seconds: float = 8.0          # W2's: its bursts are long and, with workers, irregular
     shuffle_buffer: int = 8192       # W2/W3 shuffle buffer, in documents
     w3_batches: int = 50             # W3: batches delivered before the checkpoint
     w3_all_workers: bool = True      # W3 at every worker count, or only at the first
@@ -33,19 +34,24 @@ class BenchParams:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def seconds_for(self, workload: str) -> float:
+        return self.w2_seconds if workload in ("W2", "W3") else self.seconds
+
 
 FULL = BenchParams()
 
 # --quick: < 5 minutes on 2 shared cores. The shuffle buffer shrinks because W2 must fill it
 # (tokenizing buffer_size documents) before its first batch, for every system alike; W3 runs
 # inline only and its sweep skips 100k batches at the large chunk size (about 15 s).
-QUICK = BenchParams(docs=20_000, shards=8, repeats=3, seconds=1.0, shuffle_buffer=512,
+QUICK = BenchParams(docs=20_000, shards=8, repeats=3, seconds=1.0, w2_seconds=3.0,
+                    shuffle_buffer=512,
                     w3_batches=20, w3_all_workers=False,
                     ckpt_points=((1024, 1000), (65_536, 1000), (1024, 100_000)))
 
 # The runner's own test: every workload and system once, in well under a minute. The
 # reference refuses a dataset smaller than its per-chunk quota, hence the small chunk size.
-TINY = BenchParams(docs=1200, shards=4, repeats=1, seconds=0.3, shuffle_buffer=64, w3_batches=3,
+TINY = BenchParams(docs=1200, shards=4, repeats=1, seconds=0.3, w2_seconds=0.3,
+                   shuffle_buffer=64, w3_batches=3,
                    chunk_size=1024, ckpt_points=((256, 20),),
                    ref_timeout_s=120.0)
 

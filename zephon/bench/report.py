@@ -107,8 +107,8 @@ def markdown(payload: dict[str, Any]) -> str:
                        for k, v in payload["params"].items()})
     head = (f"Zephon benchmark, {meta['time']}, {meta['cpus']} CPUs ({meta['platform']}), "
             f"{p.docs:,} documents, median of {p.repeats} runs, each run stopped after "
-            f"{p.seconds:g} s of steady state; `{meta['command']}` took "
-            f"{meta['elapsed_s']:.0f} s.")
+            f"{p.seconds:g} s of steady state ({p.w2_seconds:g} s for W2); `{meta['command']}` "
+            f"took {meta['elapsed_s']:.0f} s.")
     parts = [head, "", results_table(payload["results"])]
     if payload.get("checkpoints"):
         parts += ["", "W3 checkpoint size and restore (pre-tokenized documents -> shuffle("

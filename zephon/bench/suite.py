@@ -49,7 +49,7 @@ def _repeat(fn: Callable[[], dict], repeats: int) -> list[dict]:
 def _ref_cfg(corpus: Corpus, workload: str, fmt: str, workers: int, p: BenchParams) -> dict:
     return {"workload": workload, "datasets": corpus.datasets(fmt), "mixture": corpus.mixture,
             "tokenizer": corpus.tokenizer_path, "chunk_size": p.chunk_size, "workers": workers,
-            "shuffle_buffer": p.shuffle_buffer, "seconds": p.seconds,
+            "shuffle_buffer": p.shuffle_buffer, "seconds": p.seconds_for(workload),
             "repeats": p.repeats, "w3_batches": p.w3_batches, "checkpoint": False}
 
 

@@ -154,7 +154,7 @@ def run_torch(corpus: Corpus, workload: str, fmt: str, workers: int, params: Ben
             if meter.add(len(b)):
                 break
     else:
-        meter = Meter("tokens", params.seconds)
+        meter = Meter("tokens", params.seconds_for(workload))
         loader = tud.DataLoader(ds, batch_size=None, num_workers=workers)
         for b in loader:
             pad = int(b["padding"].sum())

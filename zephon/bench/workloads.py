@@ -84,7 +84,7 @@ def run_ours(corpus: Corpus, workload: str, fmt: str, workers: int, params: Benc
              checkpoint: bool = False, **build_kw: Any) -> dict:
     """One measured run; with ``checkpoint`` (W2 only) it ends with W3's checkpoint and restore,
     whose figures come back under "w3"."""
-    meter = Meter("records" if workload == "W1" else "tokens", params.seconds)
+    meter = Meter("records" if workload == "W1" else "tokens", params.seconds_for(workload))
 
     def make() -> Any:
         return build(corpus, workload, fmt, workers, params, **build_kw)

@@ -19,6 +19,8 @@ import numpy as np
 import pyarrow as pa
 
 ID_FIELDS = ("dataset_id", "shard_id", "sample_idx")
+# payload fields recognised as token ids, in order of preference ("auto" everywhere)
+TOKEN_FIELDS = ("input_ids", "tokens", "token_ids", "ids")
 META_FIELDS = ("dataset_id", "shard_id", "sample_idx", "lane_id", "chunk_id", "chunk_offset")
 
 

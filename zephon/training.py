@@ -13,10 +13,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from zephon.block import Block, ragged_column
+from zephon.block import TOKEN_FIELDS, Block, ragged_column
 from zephon.tokens.training import finalize, to_training_arrays
-
-TOKEN_FIELDS = ("input_ids", "tokens", "token_ids", "ids")
 
 
 def _dense(table: pa.Table, name: str, pad: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -14,10 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from zephon.block import Block, ragged_column
+from zephon.block import TOKEN_FIELDS, Block, ragged_column
 from zephon.engine import metrics
-
-TOKEN_FIELDS = ("input_ids", "tokens", "token_ids", "ids")
 
 
 def _tokens_per_dataset(block: Block, n_datasets: int) -> np.ndarray | None:

@@ -9,14 +9,12 @@ from typing import Any
 
 import numpy as np
 
-from zephon.block import Block, ragged_column
+from zephon.block import TOKEN_FIELDS, Block, ragged_column
 from zephon.engine.refs import refs_of
 from zephon.ops.base import BaseOp, LaneAccumulator, OpContext, OpTraits
 from zephon.ops.held_store import HeldStore
 from zephon.tokens.mixer import MixtureBalancer
 from zephon.types import records_from_block
-
-TOKEN_FIELDS = ("input_ids", "tokens", "token_ids", "ids")
 
 
 class EnsureMixtureOp(BaseOp):

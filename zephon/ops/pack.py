@@ -14,14 +14,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from zephon.block import Block, add_lineage, list_array, ragged_column
+from zephon.block import TOKEN_FIELDS, Block, add_lineage, list_array, ragged_column
 from zephon.engine.refs import RECIPE_COLUMN, refs_of
 from zephon.ops.base import BaseOp, LaneAccumulator, OpContext, OpTraits
 from zephon.ops.held_store import HeldStore
 from zephon.ops.pack_groups import group_of_components, resolve_groups
 from zephon.tokens.packer import PackedBins, Packer, build_rows
-
-TOKEN_FIELDS = ("input_ids", "tokens", "token_ids", "ids")
 
 
 class PackOp(BaseOp):

@@ -110,10 +110,6 @@ def test_restore_refuses_an_accumulator_it_cannot_rebuild():
         stream(build().options(auto_validation="off").restore(state))
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError,
-                   reason="engine hook: PackOp.recipe_inputs drops the recipes of its input "
-                          "segments, so packed rows of user-built records held by batch cannot "
-                          "be re-derived")
 def test_resume_user_op_then_pack_then_batch():
     def build(micro: int = 5):
         return (make_pipeline(0, micro).tokenize(tokenizer_id="__fallback__", field="text")

@@ -68,3 +68,12 @@ def memcpy(params: BenchParams, n: int = 16_000_000) -> dict:
         np.copyto(dst, src)
         copies += 1
     return {"records": 0, "tokens": n * copies, "seconds": time.perf_counter() - t0}
+
+
+def run_limit(corpus: Corpus, workload: str, fmt: str, params: BenchParams) -> dict:
+    """One run of ``workload``'s limit."""
+    if workload == "W1":
+        return raw_read(corpus, fmt, params)
+    if workload == "W2":
+        return tokenizer_alone(corpus, params)
+    return memcpy(params)

@@ -1,9 +1,9 @@
 """Running every (workers, workload, format, system) cell of the benchmark and summarising it.
 
 A cell runs ``repeats`` times and keeps every run's raw figures; its median is over the runs'
-rates. A system that fails records its error in its cell and the others go on. The limits do not
-depend on the worker count (they use all cores by themselves), so each runs once per workload
-and format and is shown in every worker group.
+rates. A system that fails records its error in its cell and the others go on. The limits use
+all cores whatever the worker count, but they are measured again in every worker group, beside
+the loaders they are compared with.
 """
 
 from __future__ import annotations
@@ -35,15 +35,11 @@ def _error(e: BaseException) -> dict:
     return {"error": f"{type(e).__name__}: {e}".splitlines()[0][:300]}
 
 
-def _repeat(fn: Callable[[], dict], repeats: int) -> list[dict]:
-    runs: list[dict] = []
-    for _ in range(repeats):
-        try:
-            runs.append(fn())
-        except Exception as e:  # a broken system must not hide the others' figures
-            runs.append(_error(e))
-            break  # the same error would repeat
-    return runs
+def _attempt(fn: Callable[[], dict]) -> dict:
+    try:
+        return fn()
+    except Exception as e:  # a broken system must not hide the others' figures
+        return _error(e)
 
 
 def _ref_cfg(corpus: Corpus, workload: str, fmt: str, workers: int, p: BenchParams) -> dict:
@@ -63,41 +59,48 @@ def _w3_from_w2(cells: list[dict], fmt: str, workers: int, system: str) -> list[
     return [{**r, "seconds": r["restore_first_batch_s"]} if "error" not in r else r for r in runs]
 
 
-def run_cell(corpus: Corpus, workload: str, fmt: str, workers: int, system: str,
-             p: BenchParams, cells: list[dict], fold_w3: bool = False) -> list[dict]:
-    """The raw runs of one cell. ``cells``: those summarised so far (W3 reuses W2's runs and
-    W3's limit is Zephon's cold start); ``fold_w3``: W2 runs end with W3's checkpoint."""
-    if workload == "W3" and system in ("zephon", REFERENCE):
-        folded = _w3_from_w2(cells, fmt, workers, system)
-        if folded is not None:
-            return folded
+def one_run(corpus: Corpus, workload: str, fmt: str, workers: int, system: str,
+            p: BenchParams, fold_w3: bool = False) -> dict:
+    """One run of an in-process system (zephon, torch-dataloader, limit) on W1, W2 or W4;
+    ``fold_w3``: a W2 run of ours ends with W3's checkpoint and restore."""
     if system == "zephon":
-        if workload == "W3":
-            return _repeat(lambda: checkpoints.run_w3(corpus, fmt, workers, p), p.repeats)
-        return _repeat(lambda: workloads.run_ours(corpus, workload, fmt, workers, p,
-                                                  checkpoint=fold_w3 and workload == "W2"),
-                       p.repeats)
-    if system == REFERENCE:
-        cfg = _ref_cfg(corpus, workload, fmt, workers, p)
-        cfg["checkpoint"] = fold_w3 and workload == "W2"
-        return run_reference(cfg, p.ref_timeout_s)
+        return _attempt(lambda: workloads.run_ours(corpus, workload, fmt, workers, p,
+                                                   checkpoint=fold_w3 and workload == "W2"))
     if system == "torch-dataloader":
-        if workload == "W3":
-            return [{"error": "not applicable: a DataLoader has no checkpoint of its position"}]
-        return _repeat(lambda: run_torch(corpus, workload, fmt, workers, p), p.repeats)
+        return _attempt(lambda: run_torch(corpus, workload, fmt, workers, p))
     if system == "limit":
-        if workload == "W3":  # the best a restore can do is a cold start of the same pipeline
-            ours = next((c for c in cells if (c["workload"], c["format"], c["workers"],
-                                              c["system"]) == ("W3", fmt, workers, "zephon")), None)
-            if ours is None:
-                return [{"error": "the W3 limit is zephon's cold start: run zephon too"}]
-            return [{"seconds": r["cold_first_batch_s"]} for r in ours["runs"]
-                    if "cold_first_batch_s" in r] or [{"error": "zephon's W3 failed"}]
-        fn = {"W1": lambda: limits.raw_read(corpus, fmt, p),
-              "W2": lambda: limits.tokenizer_alone(corpus, p),
-              "W4": lambda: limits.memcpy(p)}[workload]
-        return _repeat(fn, p.repeats)
+        return _attempt(lambda: limits.run_limit(corpus, workload, fmt, p))
     raise ValueError(f"unknown system {system!r}")
+
+
+def w3_runs(cells: list[dict], corpus: Corpus, fmt: str, workers: int, system: str,
+            p: BenchParams) -> list[dict]:
+    """W3's runs: those folded into the W2 runs of the same system and settings, else (ours)
+    W3 on its own; W3's limit is Zephon's cold start, the best a restore can do."""
+    def cell(w: str, s: str) -> dict | None:
+        return next((c for c in cells if (c["workload"], c["format"], c["workers"], c["system"])
+                     == (w, fmt, workers, s)), None)
+
+    if system == "torch-dataloader":
+        return [{"error": "not applicable: a DataLoader has no checkpoint of its position"}]
+    if system == "limit":
+        ours = cell("W3", "zephon")
+        if ours is None:
+            return [{"error": "the W3 limit is zephon's cold start: run zephon too"}]
+        return [{"seconds": r["cold_first_batch_s"]} for r in ours["runs"]
+                if "cold_first_batch_s" in r] or [{"error": "zephon's W3 failed"}]
+    w2 = cell("W2", system)
+    if w2 is not None and any("w3" in r for r in w2["runs"]):
+        return [{**r["w3"], "seconds": r["w3"]["restore_first_batch_s"]}
+                if "error" not in r["w3"] else r["w3"] for r in w2["runs"] if "w3" in r]
+    if system == REFERENCE:
+        return run_reference(_ref_cfg(corpus, "W3", fmt, workers, p), p.ref_timeout_s)
+    runs: list[dict] = []
+    for _ in range(p.repeats):
+        runs.append(_attempt(lambda: checkpoints.run_w3(corpus, fmt, workers, p)))
+        if "error" in runs[-1]:
+            break
+    return runs
 
 
 def summarise(workload: str, fmt: str, workers: int, system: str, runs: list[dict]) -> dict:
@@ -140,25 +143,37 @@ def summarise(workload: str, fmt: str, workers: int, system: str, runs: list[dic
 
 def collect(corpus: Corpus, p: BenchParams, workers: list[int], wl: list[str],
             systems: list[str], log: Callable[[str], None] = print) -> list[dict]:
+    """Every cell. Within a (workers, workload, format) group the in-process systems take
+    turns, repeat by repeat, so that a machine shared with other jobs slows them alike and
+    their ratios hold; the reference runs its repeats in one subprocess first."""
     cells: list[dict] = []
-    limit_cache: dict[tuple[str, str], list[dict]] = {}
     for k in workers:
         for w in wl:
             if w == "W3" and not p.w3_all_workers and k != workers[0]:
                 continue
             for fmt in formats_of(w, p):
+                t0 = time.perf_counter()
+                if w == "W3":
+                    for s in systems:
+                        cells.append(summarise(w, fmt, k, s, w3_runs(cells, corpus, fmt, k, s, p)))
+                        log(line(cells[-1]))
+                    continue
+                fold = w == "W2" and "W3" in wl and (p.w3_all_workers or k == workers[0])
+                runs: dict[str, list[dict]] = {s: [] for s in systems}
+                if REFERENCE in systems:
+                    cfg = {**_ref_cfg(corpus, w, fmt, k, p), "checkpoint": fold}
+                    runs[REFERENCE] = run_reference(cfg, p.ref_timeout_s)
+                local = [s for s in systems if s != REFERENCE]
+                for _ in range(p.repeats):
+                    for s in local:
+                        if runs[s] and "error" in runs[s][-1]:
+                            continue  # the same error would repeat
+                        runs[s].append(one_run(corpus, w, fmt, k, s, p, fold_w3=fold))
+                group_s = time.perf_counter() - t0
                 for s in systems:
-                    t0 = time.perf_counter()
-                    if s == "limit" and w != "W3" and (w, fmt) in limit_cache:
-                        runs = limit_cache[(w, fmt)]
-                    else:
-                        fold = "W3" in wl and (p.w3_all_workers or k == workers[0])
-                        runs = run_cell(corpus, w, fmt, k, s, p, cells, fold_w3=fold)
-                        if s == "limit":
-                            limit_cache[(w, fmt)] = runs
-                    cells.append(summarise(w, fmt, k, s, runs))
-                    cells[-1]["cell_s"] = time.perf_counter() - t0  # where the minutes go
+                    cells.append(summarise(w, fmt, k, s, runs[s]))
                     log(line(cells[-1]))
+                log(f"  ({group_s:.0f} s)")
     return cells
 
 
@@ -166,8 +181,7 @@ def line(e: dict) -> str:
     m = e.get("median")
     med = "-" if m is None else (f"{m:.2f} s" if e["unit"] == "s" else f"{m:,.0f} {e['unit']}")
     extra = f"  ({e['error']})" if e.get("error") else ""
-    return (f"{e['workload']} {e['format']:<9} workers={e['workers']} {e['system']:<17} {med}"
-            f"{extra}  [{e.get('cell_s', 0):.0f} s]")
+    return f"{e['workload']} {e['format']:<9} workers={e['workers']} {e['system']:<17} {med}{extra}"
 
 
 def padding_comparison(corpus: Corpus, p: BenchParams, cells: list[dict]) -> dict:

@@ -140,13 +140,19 @@ class PackOp(BaseOp):
     def _recipe(self, bins: PackedBins, src: Block, rows: np.ndarray) -> pa.Array:
         depth = src.lineage.shape[1]
         lin = src.lineage[rows].astype(np.int32).ravel()
-        seg = pa.StructArray.from_arrays(
-            [pa.array(src.meta["chunk_id"][rows]), pa.array(src.meta["chunk_offset"][rows]),
-             pa.ListArray.from_arrays(
-                 pa.array(np.arange(len(rows) + 1, dtype=np.int32) * depth),
-                 pa.array(lin, type=pa.int32())),
-             pa.array(bins.token_start.astype(np.int64)), pa.array(bins.token_len.astype(np.int64))],
-            names=["chunk_id", "chunk_offset", "lineage", "start", "len"])
+        fields = [pa.array(src.meta["chunk_id"][rows]), pa.array(src.meta["chunk_offset"][rows]),
+                  pa.ListArray.from_arrays(
+                      pa.array(np.arange(len(rows) + 1, dtype=np.int32) * depth),
+                      pa.array(lin, type=pa.int32())),
+                  pa.array(bins.token_start.astype(np.int64)),
+                  pa.array(bins.token_len.astype(np.int64))]
+        names = ["chunk_id", "chunk_offset", "lineage", "start", "len"]
+        if src.columnar and RECIPE_COLUMN in src.payload.column_names:
+            # inputs an upstream operator built carry their own recipe: keep it per segment
+            inner = src.payload.column(RECIPE_COLUMN).combine_chunks().take(pa.array(rows))
+            fields.append(inner)
+            names.append("inner")
+        seg = pa.StructArray.from_arrays(fields, names=names)
         return pa.ListArray.from_arrays(pa.array(bins.seg_offsets.astype(np.int32)), seg)
 
     def _sequences(self, bins, src, rows, field, offsets, values) -> pa.Table | list:
@@ -191,14 +197,19 @@ class PackOp(BaseOp):
     def recipe_inputs(self, refs: dict) -> dict:
         """Cursors of every input a set of packed rows was built from (deduplicated)."""
         segs = [s for recipe in refs["recipe"] for s in recipe]
-        keys = sorted({(s["chunk_id"], s["chunk_offset"], tuple(s["lineage"])) for s in segs})
+        inner = {(s["chunk_id"], s["chunk_offset"], tuple(s["lineage"])): s.get("inner")
+                 for s in segs}
+        keys = sorted(inner)
         depth = max((len(k[2]) for k in keys), default=0)
         lineage = np.full((len(keys), depth), -1, dtype=np.int32)
         for i, k in enumerate(keys):
             lineage[i, : len(k[2])] = k[2]
-        return {"chunk_id": np.array([k[0] for k in keys], dtype=np.int64),
-                "chunk_offset": np.array([k[1] for k in keys], dtype=np.int64),
-                "lineage": lineage}
+        out = {"chunk_id": np.array([k[0] for k in keys], dtype=np.int64),
+               "chunk_offset": np.array([k[1] for k in keys], dtype=np.int64),
+               "lineage": lineage}
+        if any(inner[k] is not None for k in keys):
+            out["recipe"] = [inner[k] for k in keys]  # rebuilt by the operator that made them
+        return out
 
     def rebuild_rows(self, refs: dict, inputs: Block) -> Block:
         index = {(c, o, lin): i for i, (c, o, lin) in enumerate(zip(

@@ -137,7 +137,7 @@ class Block:
         if self.payload is None:
             payload = None
         elif isinstance(self.payload, pa.Table):
-            payload = self.payload.take(pa.array(idx)) if len(idx) else self.payload.slice(0, 0)
+            payload = take_table(self.payload, idx)
         else:
             payload = [self.payload[i] for i in idx.tolist()]
         return Block(meta, payload, lineage, self.sparse, self.is_batch)
@@ -218,6 +218,30 @@ class Block:
         return []
 
 
+def _is_token_list(t: pa.DataType) -> bool:
+    return ((pa.types.is_list(t) or pa.types.is_large_list(t))
+            and (pa.types.is_integer(t.value_type) or pa.types.is_floating(t.value_type)))
+
+
+def take_table(table: pa.Table, idx: np.ndarray) -> pa.Table:
+    """Rows ``idx`` of a table. Ragged numeric columns (token ids, masks) go through the
+    ``ragged`` kernel, several times faster than Arrow's generic take on list arrays."""
+    if not len(idx):
+        return table.slice(0, 0)
+    arr = pa.array(idx)
+    cols = []
+    for name, col in zip(table.column_names, table.columns):
+        if _is_token_list(col.type) and col.null_count == 0:
+            from zephon._ext import kernel
+
+            offsets, values = ragged_column(table.select([name]), name)
+            off, val = kernel("ragged").take_ragged(offsets, values, idx)
+            cols.append(list_array(off, val))
+        else:
+            cols.append(col.take(arr))
+    return pa.Table.from_arrays(cols, schema=table.schema) if cols else table.take(arr)
+
+
 def carry_hidden(src: Block, out: Block) -> Block:
     """Give ``out`` the hidden ``__`` columns of ``src`` (same rows, same order).
 
@@ -253,9 +277,24 @@ def add_lineage(lineage: np.ndarray, child_idx: np.ndarray) -> np.ndarray:
 
 
 def ragged_column(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets int64, values) numpy views of a list column, zero-copy where Arrow allows."""
+    """(offsets int64, values) numpy views of a list column, zero-copy where Arrow allows.
+
+    A column of several chunks is joined by the ``ragged`` kernel in one copy (Arrow's
+    combine_chunks would copy, then the values would be copied again).
+    """
     col = table.column(name)
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    if len(chunks) == 1:
+        return _ragged_chunk(chunks[0], name)
+    if not chunks:
+        return np.zeros(1, dtype=np.int64), np.empty(0, dtype=np.int32)
+    parts = [_ragged_chunk(c, name) for c in chunks]
+    from zephon._ext import kernel
+
+    return kernel("ragged").concat_ragged([p[0] for p in parts], [p[1] for p in parts])
+
+
+def _ragged_chunk(arr: pa.Array, name: str) -> tuple[np.ndarray, np.ndarray]:
     if pa.types.is_fixed_size_list(arr.type):
         width = arr.type.list_size
         values = arr.flatten().to_numpy(zero_copy_only=False)

@@ -64,6 +64,10 @@ def worker_main(conn, spec: dict) -> None:
     shm.created.clear()  # a forked worker inherits the coordinator's list: not ours to unlink
     cleanup.watch(spec["parent"], cleanup.init_child(f"worker {index}", on_exit,
                                                      spec["log_level"]))
+    # a worker is one core's worth of work: libraries that would start a thread per core in
+    # every worker (the tokenizers' Rust pool) would oversubscribe the machine N-fold
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("RAYON_NUM_THREADS", "1")
     try:
         ops = cloudpickle.loads(spec["ops"])
         ctx = OpContext(StageInfo(0, "workers", 0), worker_id=index, runner="process",

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from zephon.block import take_table
 from zephon.io.errors import DataError
 from zephon.io.local_copy import Resources, ShardRef, cached_parquet, local_parquet
 
@@ -208,18 +209,24 @@ class ParquetShardReader:
         tables = self._groups(groups, columns)
         local = rows - self.rg_starts[rg_of]
         if len(tables) == 1:
-            if (np.diff(local) == 1).all():  # a contiguous run: zero-copy slice
-                return tables[0].slice(int(local[0]), len(local))
-            return tables[0].take(pa.array(local))
+            return _rows_of(tables[0], local)
         # take inside each row group, then reorder the small result: a take over the
         # concatenation would first copy every row group involved
         order = np.argsort(rg_of, kind="stable")
         cuts = np.searchsorted(rg_of[order], groups, side="left").tolist() + [len(rows)]
-        pieces = [t.take(pa.array(local[order[a:b]]))
-                  for t, a, b in zip(tables, cuts[:-1], cuts[1:])]
+        pieces = [_rows_of(t, local[order[a:b]]) for t, a, b in zip(tables, cuts[:-1], cuts[1:])]
+        if (np.diff(rows) > 0).all():  # ascending (the usual sequential read): no reorder
+            return pa.concat_tables(pieces)
         inverse = np.empty(len(rows), dtype=np.int64)
         inverse[order] = np.arange(len(rows), dtype=np.int64)
-        return pa.concat_tables(pieces).combine_chunks().take(pa.array(inverse))
+        return take_table(pa.concat_tables(pieces), inverse)
 
     def read_payloads(self, rows: np.ndarray) -> list[dict]:
         return self.read_table(rows).to_pylist()
+
+
+def _rows_of(table: pa.Table, local: np.ndarray) -> pa.Table:
+    """Rows of one decoded row group: a zero-copy slice for a contiguous run."""
+    if len(local) and (np.diff(local) == 1).all():
+        return table.slice(int(local[0]), len(local))
+    return take_table(table, local)

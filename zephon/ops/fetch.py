@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from zephon.block import Block, NotColumnar
+from zephon.block import Block, NotColumnar, take_table
 from zephon.ops.base import BaseOp, OpTraits
 
 DEFAULT_FETCH_BATCH = 1024
@@ -78,7 +78,7 @@ class FetchOp(BaseOp):
                 payloads = [r for p in parts for r in self._as_payloads(p)]
                 return Block(block.meta, [payloads[i] for i in inverse.tolist()], block.lineage)
             if len(parts) > 1 or not np.array_equal(order, np.arange(n)):
-                table = table.take(pa.array(inverse))
+                table = take_table(table, inverse)
             return Block(block.meta, table, block.lineage, frozenset(sparse))
         payloads = [r for p in parts for r in p]
         return Block(block.meta, [payloads[i] for i in inverse.tolist()], block.lineage)

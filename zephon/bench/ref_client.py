@@ -154,10 +154,30 @@ def _error(e):
             "traceback": traceback.format_exc()[-2000:]}
 
 
+def packed(make, batches):
+    """Tokens and padding in the first ``batches`` batches of ``make()``."""
+    p = make()
+    tokens = padding = 0
+    for i, b in enumerate(p):
+        _, t, pad = counts(b)
+        tokens, padding = tokens + t, padding + pad
+        if i + 1 == batches:
+            break
+    _close(p)
+    return {"tokens": tokens, "padding": padding}
+
+
 def main(argv):
     cfg = json.loads(argv[1])
     runs = []
-    if cfg.get("sweep"):
+    if cfg.get("padding"):
+        for algorithm in cfg["padding"]:
+            try:
+                runs.append({"algorithm": algorithm, **packed(
+                    lambda a=algorithm: build(cfg, algorithm=a), cfg["batches"])})
+            except Exception as e:
+                runs.append({"algorithm": algorithm, **_error(e)})
+    elif cfg.get("sweep"):
         for chunk, batches in cfg["sweep"]:
             try:
                 runs.append({"chunk_size": chunk, **checkpoint_after(

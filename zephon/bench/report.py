@@ -75,8 +75,6 @@ def _note(e: dict, ours: dict | None) -> str:
                      f" cold start {e['cold_first_batch_s']:.2f} s")
         if "restore_exact" in e:
             parts.append("restored stream exact" if e["restore_exact"] else "RESTORED STREAM DIFFERS")
-    if e.get("padding_fraction") is not None:
-        parts.append(f"padding {e['padding_fraction']:.2%}")
     if e.get("note"):
         parts.append(e["note"])
     if not e.get("error") and _target(e, ours):
@@ -120,9 +118,14 @@ def checkpoint_table(sweeps: dict[str, list[dict]]) -> str:
     return "\n".join(rows)
 
 
-def padding_table(padding: dict[str, float | None]) -> str:
-    rows = ["| packer (W4 stream, max_length 2049, 64 bins) | padding fraction |", "|---|---|"]
-    rows += [f"| {k} | {'-' if v is None else f'{v:.2%}'} |" for k, v in padding.items()]
+def padding_table(padding: dict[str, dict], batches: int) -> str:
+    rows = [f"| packer (first {batches:,} W4 batches: max_length 2049, 64 bins) | tokens | "
+            "padding fraction |", "|---|---|---|"]
+    for label, r in padding.items():
+        if r.get("padding_fraction") is None:
+            rows.append(f"| {label} | - | error: {str(r.get('error', '-')).replace('|', '/')[:120]} |")
+        else:
+            rows.append(f"| {label} | {r['tokens']:,} | {r['padding_fraction']:.3%} |")
     return "\n".join(rows)
 
 
@@ -141,8 +144,8 @@ def markdown(payload: dict[str, Any]) -> str:
                   f"batch({p.ckpt_microbatch}), inline):",
                   "", checkpoint_table(payload["checkpoints"])]
     if payload.get("padding"):
-        parts += ["", "W4 padding fraction on the same pre-tokenized stream:", "",
-                  padding_table(payload["padding"])]
+        parts += ["", "W4 padding fraction (target: best_fit below the reference's):", "",
+                  padding_table(payload["padding"], p.padding_batches)]
     return "\n".join(parts) + "\n"
 
 

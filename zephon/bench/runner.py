@@ -98,8 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     if "W3" in wl and not args.no_sweep:
         log("W3 checkpoint sweep ...")
         payload["checkpoints"] = suite.checkpoint_sweeps(corpus, params, systems, log)
-    if "W4" in wl and "zephon" in systems:
-        payload["padding"] = suite.padding_comparison(corpus, params, results)
+    if "W4" in wl:
+        log("W4 padding ...")
+        payload["padding"] = suite.padding_comparison(corpus, params, systems, log)
     payload["meta"] = _meta(argv, time.perf_counter() - t_start)
 
     out = Path(args.out)

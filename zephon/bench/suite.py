@@ -149,7 +149,7 @@ def collect(corpus: Corpus, p: BenchParams, workers: list[int], wl: list[str],
     cells: list[dict] = []
     for k in workers:
         for w in wl:
-            if w == "W3" and not p.w3_all_workers and k != workers[0]:
+            if w in p.first_workers_only and k != workers[0]:
                 continue
             for fmt in formats_of(w, p):
                 t0 = time.perf_counter()
@@ -158,7 +158,8 @@ def collect(corpus: Corpus, p: BenchParams, workers: list[int], wl: list[str],
                         cells.append(summarise(w, fmt, k, s, w3_runs(cells, corpus, fmt, k, s, p)))
                         log(line(cells[-1]))
                     continue
-                fold = w == "W2" and "W3" in wl and (p.w3_all_workers or k == workers[0])
+                fold = w == "W2" and "W3" in wl and ("W3" not in p.first_workers_only
+                                                     or k == workers[0])
                 runs: dict[str, list[dict]] = {s: [] for s in systems}
                 if REFERENCE in systems:
                     cfg = {**_ref_cfg(corpus, w, fmt, k, p), "checkpoint": fold}
@@ -184,22 +185,27 @@ def line(e: dict) -> str:
     return f"{e['workload']} {e['format']:<9} workers={e['workers']} {e['system']:<17} {med}{extra}"
 
 
-def padding_comparison(corpus: Corpus, p: BenchParams, cells: list[dict]) -> dict:
-    """W4 side metric: padding of best_fit and first_fit (ours) and of the reference's best_fit
-    (and the hand-written DataLoader packer's), each packing the pre-tokenized corpus."""
-    out: dict[str, float | None] = {}
-    for s, label in (("zephon", "zephon best_fit"), (REFERENCE, "reference-0.2.0 best_fit"),
-                     ("torch-dataloader", "torch-dataloader best_fit (hand-written)")):
-        e = next((c for c in cells if c["workload"] == "W4" and c["system"] == s
-                  and c.get("padding_fraction") is not None), None)
-        if e is not None:
-            out[label] = e["padding_fraction"]
-    try:
-        ff = workloads.run_ours(corpus, "W4", "tokenized", 0, p, algorithm="first_fit")
-        out["zephon first_fit"] = workloads.padding_fraction(ff)
-    except Exception as e:  # noqa: BLE001  (reported, not fatal)
-        out["zephon first_fit"] = None
-        out["zephon first_fit error"] = str(e)  # type: ignore[assignment]
+PACKERS = ("best_fit", "first_fit")
+
+
+def padding_comparison(corpus: Corpus, p: BenchParams, systems: list[str],
+                       log: Callable[[str], None] = print) -> dict[str, dict]:
+    """W4 side metric: the padding fraction of each packer over the first ``padding_batches``
+    batches of W4's stream (ours: the same documents for every algorithm; the reference packs
+    the same corpus in its own curriculum order)."""
+    out: dict[str, dict] = {}
+    if "zephon" in systems:
+        for a in PACKERS:
+            out[f"zephon {a}"] = _attempt(lambda a=a: workloads.packed(corpus, p, a,
+                                                                     p.padding_batches))
+    if REFERENCE in systems:
+        cfg = {**_ref_cfg(corpus, "W4", "tokenized", 0, p), "padding": list(PACKERS),
+               "batches": p.padding_batches}
+        for r in run_reference(cfg, p.ref_timeout_s):
+            out[f"{REFERENCE} {r.get('algorithm', '?')}"] = r
+    for label, r in out.items():
+        r["padding_fraction"] = workloads.padding_fraction(r)
+        log(f"  padding {label}: " + (r.get("error") or f"{r['padding_fraction']:.3%}"))
     return out
 
 

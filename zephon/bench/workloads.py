@@ -113,6 +113,22 @@ def run_ours(corpus: Corpus, workload: str, fmt: str, workers: int, params: Benc
     return out
 
 
+def packed(corpus: Corpus, params: BenchParams, algorithm: str, batches: int) -> dict:
+    """Tokens and padding in the first ``batches`` W4 batches packed by ``algorithm``: every
+    algorithm sees the same documents in the same order."""
+    p = build(corpus, "W4", "tokenized", 0, params, algorithm=algorithm)
+    tokens = padding = 0
+    try:
+        for i, b in enumerate(p):
+            _, t, pad = batch_counts(b)
+            tokens, padding = tokens + t, padding + pad
+            if i + 1 == batches:
+                break
+    finally:
+        p.close()
+    return {"tokens": tokens, "padding": padding}
+
+
 def padding_fraction(run: dict) -> float | None:
     total = run.get("tokens", 0) + run.get("padding", 0)
     return run["padding"] / total if total and "error" not in run else None

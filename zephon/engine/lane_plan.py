@@ -27,11 +27,13 @@ class LanePlan:
 
     def pointer_blocks(self, lane_id: int) -> Iterator[Block]:
         """The lane's pointer blocks, from its resume position (or the start)."""
-        start_chunk, start_offset = 0, 0
+        start_chunk, start_offset, first = 0, 0, None
         if self.restore and lane_id in self.restore:
             start_chunk, start_offset = self.restore[lane_id]["base"]["position"]
+            first = max(16, self.micro // 32)  # buffers are full: a little input yields a batch
         blocks = lane_pointer_blocks(self.work_source, lane_id, self.canonical_replicas,
-                                     self.micro, start_chunk=start_chunk, start_offset=start_offset)
+                                     self.micro, start_chunk=start_chunk, start_offset=start_offset,
+                                     first_micro=first)
         prefetch = self.extra.get("prefetch")
         if prefetch:
             from zephon.engine.prefetch import lookahead

@@ -59,3 +59,58 @@ def decode(obj: Any) -> Any:
     if isinstance(obj, list):
         return [decode(v) for v in obj]
     return obj
+
+
+def subset_refs(refs: dict, idx: np.ndarray) -> dict:
+    """The cursors at positions ``idx`` (recipes included)."""
+    out = {k: np.asarray(refs[k])[idx] for k in ("chunk_id", "chunk_offset", "lineage")}
+    if "recipe" in refs:
+        out["recipe"] = [refs["recipe"][i] for i in np.asarray(idx).tolist()]
+    for extra in ("padding_length",):
+        if extra in refs:
+            out[extra] = np.asarray(refs[extra])[idx]
+    return out
+
+
+def concat_refs(parts: list[dict | None]) -> dict | None:
+    parts = [p for p in parts if refs_len(p)]
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    depth = max(np.asarray(p["lineage"]).reshape(refs_len(p), -1).shape[1] for p in parts)
+    lin = []
+    for p in parts:
+        m = np.asarray(p["lineage"], dtype=np.int32).reshape(refs_len(p), -1)
+        pad = np.full((len(m), depth), -1, dtype=np.int32)
+        pad[:, : m.shape[1]] = m
+        lin.append(pad)
+    out = {"chunk_id": np.concatenate([np.asarray(p["chunk_id"]) for p in parts]),
+           "chunk_offset": np.concatenate([np.asarray(p["chunk_offset"]) for p in parts]),
+           "lineage": np.concatenate(lin)}
+    if any("recipe" in p for p in parts):
+        if not all("recipe" in p for p in parts):
+            raise RuntimeError("cannot mix records with and without recipes in one buffer")
+        out["recipe"] = [r for p in parts for r in p["recipe"]]
+    return out
+
+
+class LazyRecords:
+    """Held records a restore has not fetched yet: cursors plus a way to rebuild any subset.
+
+    A shuffle buffer decides what to emit from the records' identity keys alone, so its records
+    are only needed when they leave it; fetching them then keeps restore close to a cold start.
+    """
+
+    def __init__(self, refs: dict, rebuild) -> None:
+        self.refs = refs
+        self._rebuild = rebuild
+
+    def __len__(self) -> int:
+        return refs_len(self.refs)
+
+    def rebuild(self, idx: np.ndarray) -> Block:
+        return self._rebuild(subset_refs(self.refs, idx))
+
+    def keep(self, mask: np.ndarray) -> None:
+        self.refs = subset_refs(self.refs, np.flatnonzero(mask))

@@ -15,7 +15,7 @@ import numpy as np
 
 from zephon.block import Block
 from zephon.engine.lane import apply_ops
-from zephon.engine.refs import refs_len
+from zephon.engine.refs import LazyRecords, refs_len
 
 
 def restore_chain(chain, op_states: list, lane_plan, lane_id: int) -> None:
@@ -26,7 +26,11 @@ def restore_chain(chain, op_states: list, lane_plan, lane_id: int) -> None:
     for i, (stage, state) in enumerate(zip(chain.stages, op_states)):
         if stage is None or state is None:
             continue
-        held = rebuild_inputs(chain, i, state.get("held"), lane_plan, lane_id)
+        if getattr(stage, "restores_lazily", False) and refs_len(state.get("held")):
+            held = LazyRecords(state["held"], lambda refs, i=i: rebuild_inputs(
+                chain, i, refs, lane_plan, lane_id))
+        else:
+            held = rebuild_inputs(chain, i, state.get("held"), lane_plan, lane_id)
         stage.set_state(state, held)
 
 

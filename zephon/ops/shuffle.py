@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from zephon.block import Block
-from zephon.engine.refs import refs_of
+from zephon.engine.refs import LazyRecords, concat_refs, refs_of
 from zephon.ops.base import BaseOp, LaneAccumulator, OpContext, OpTraits
 from zephon.ops.held_store import HeldStore
 from zephon.tokens.shuffler import StreamShuffler, record_keys
@@ -43,29 +43,61 @@ def identity_keys(block: Block) -> np.ndarray:
 
 
 class ShuffleLane(LaneAccumulator):
+    # what to emit depends on identity keys kept in the shuffler's own state, so a restored
+    # buffer's records are fetched only when they leave it
+    restores_lazily = True
+
     def __init__(self, shuffler: StreamShuffler) -> None:
         self.shuffler = shuffler
         self.store = HeldStore()
+        self.lazy: LazyRecords | None = None  # restored records not fetched yet (oldest ids)
+        self.lazy_ids = np.empty(0, dtype=np.int64)
 
     def push(self, block: Block) -> list[Block]:
         first = self.shuffler.arrivals
         emit = self.shuffler.push(identity_keys(block))
         self.store.add(block, np.arange(first, first + len(block), dtype=np.int64))
-        return [self.store.pop(emit)] if len(emit) else []
+        return [self._pop(emit)] if len(emit) else []
 
     def flush(self) -> list[Block]:
         emit = self.shuffler.flush()
-        out = [self.store.pop(emit)] if len(emit) else []
+        out = [self._pop(emit)] if len(emit) else []
         self.store.set(None, np.empty(0, dtype=np.int64))
+        self.lazy, self.lazy_ids = None, np.empty(0, dtype=np.int64)
         return out
 
+    def _pop(self, emit: np.ndarray) -> Block:
+        is_lazy = np.isin(emit, self.lazy_ids) if len(self.lazy_ids) else None
+        if is_lazy is None or not is_lazy.any():
+            return self.store.pop(emit)
+        pos = np.searchsorted(self.lazy_ids, emit[is_lazy])
+        rebuilt = self.lazy.rebuild(pos)
+        keep = np.ones(len(self.lazy_ids), dtype=bool)
+        keep[pos] = False
+        self.lazy_ids = self.lazy_ids[keep]
+        self.lazy.keep(keep)
+        fresh = self.store.pop(emit[~is_lazy]) if (~is_lazy).any() else None
+        merged = Block.concat([b for b in (fresh, rebuilt) if b is not None])
+        order = np.concatenate([np.flatnonzero(~is_lazy), np.flatnonzero(is_lazy)])
+        inverse = np.empty(len(order), dtype=np.int64)
+        inverse[order] = np.arange(len(order), dtype=np.int64)
+        return merged.take(inverse)
+
     def held(self) -> int:
-        return len(self.store)
+        return len(self.store) + len(self.lazy_ids)
 
     def get_state(self) -> dict:
-        return {"shuffler": self.shuffler.get_state(), "held": refs_of(self.store.block()),
-                "held_ids": self.store.ids.copy()}
+        lazy = self.lazy.refs if self.lazy is not None else None
+        return {"shuffler": self.shuffler.get_state(),
+                "held": concat_refs([lazy, refs_of(self.store.block())]),
+                "held_ids": np.concatenate([self.lazy_ids, self.store.ids])}
 
-    def set_state(self, state: dict, held: Block | None) -> None:
+    def set_state(self, state: dict, held) -> None:
         self.shuffler = StreamShuffler.from_state(self.shuffler.config, state["shuffler"])
-        self.store.set(held, np.asarray(state["held_ids"], dtype=np.int64))
+        ids = np.asarray(state["held_ids"], dtype=np.int64)
+        if isinstance(held, LazyRecords):
+            self.store.set(None, np.empty(0, dtype=np.int64))
+            self.lazy, self.lazy_ids = held, ids
+        else:
+            self.store.set(held, ids)
+            self.lazy, self.lazy_ids = None, np.empty(0, dtype=np.int64)

@@ -47,7 +47,10 @@ class FakeDataset:
         ids = shard_id * self.per_shard + rows
         lengths = (ids % 5 + 1).astype(np.int32)
         offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int32)
-        values = np.arange(offsets[-1], dtype=np.int32) + int(shard_id)
+        # a record's tokens are a function of the record alone (never of which other rows
+        # the same read returned), like a real dataset's
+        within = np.arange(offsets[-1], dtype=np.int64) - np.repeat(offsets[:-1], lengths)
+        values = (np.repeat(ids, lengths) + within).astype(np.int32)
         text = [f"{self.name} doc {i} " + "w" * int(i % self.text_words) for i in ids.tolist()]
         return pa.table({"id": ids, "text": text,
                          "tokens": pa.ListArray.from_arrays(offsets, values),

@@ -7,16 +7,20 @@ runs, each either measurements or ``{"error": ...}``. Runs are timed by our ``me
 loaded by file path, so both Zephons are measured by the same code.
 """
 
+from __future__ import annotations
+
 import json
 import pickle
 import time
 import traceback
+from collections.abc import Callable
+from typing import Any
 
 MAX_LENGTH = 2049
 
 
-def build(cfg, *, chunk_size=None, max_length=MAX_LENGTH, shuffle=False, algorithm="best_fit",
-          microbatch=8):
+def build(cfg: dict, *, chunk_size: int | None = None, max_length: int = MAX_LENGTH,
+          shuffle: bool = False, algorithm: str = "best_fit", microbatch: int = 8) -> Any:
     from zephon import Pipeline
     from zephon.io import Dataset
     from zephon.work import MixtureSpec, StaticMixtureWorkSource
@@ -56,7 +60,7 @@ def build(cfg, *, chunk_size=None, max_length=MAX_LENGTH, shuffle=False, algorit
     raise ValueError(w)
 
 
-def counts(batch):
+def counts(batch: Any) -> tuple[int, int, int]:
     """(rows, real tokens, padding tokens), record by record: the reference has no columns."""
     recs = batch.records
     tokens = padding = 0
@@ -69,7 +73,7 @@ def counts(batch):
     return len(recs), tokens, padding
 
 
-def _meter():
+def _meter() -> Any:
     """Our ``meter.py``, loaded by path: it needs only the standard library."""
     import importlib.util
     import os
@@ -81,7 +85,7 @@ def _meter():
     return mod
 
 
-def measure(cfg):
+def measure(cfg: dict) -> dict:
     """One measured run; with cfg["checkpoint"] it ends with W3's checkpoint and restore."""
     unit = "records" if cfg["workload"] == "W1" else "tokens"
     meter = _meter().Meter(unit, cfg["seconds"])
@@ -102,20 +106,20 @@ def measure(cfg):
     return out
 
 
-def _close(p):
+def _close(p: Any) -> None:
     close = getattr(p, "close", None)
     if close is not None:
         close()
 
 
-def _size(state):
+def _size(state: Any) -> tuple[int, str]:
     try:
         return len(json.dumps(state)), "json"
     except (TypeError, ValueError):
         return len(pickle.dumps(state)), "pickle"
 
 
-def _first_batch_s(make, state):
+def _first_batch_s(make: Callable[[], Any], state: Any) -> float:
     t0 = time.perf_counter()
     p = make()
     if state is not None:
@@ -126,7 +130,7 @@ def _first_batch_s(make, state):
     return secs
 
 
-def checkpoint_now(p, it, make):
+def checkpoint_now(p: Any, it: Any, make: Callable[[], Any]) -> dict:
     t1 = time.perf_counter()
     state = p.checkpoint()
     ckpt_s = time.perf_counter() - t1
@@ -139,7 +143,7 @@ def checkpoint_now(p, it, make):
             "cold_first_batch_s": cold, "restore_first_batch_s": restore}
 
 
-def checkpoint_after(make, batches):
+def checkpoint_after(make: Callable[[], Any], batches: int) -> dict:
     p = make()
     t0 = time.perf_counter()
     it = iter(p)
@@ -149,12 +153,12 @@ def checkpoint_after(make, batches):
     return {"batches": batches, "run_s": run_s, **checkpoint_now(p, it, make)}
 
 
-def _error(e):
+def _error(e: BaseException) -> dict:
     return {"error": f"{type(e).__name__}: {e}".splitlines()[0][:300],
             "traceback": traceback.format_exc()[-2000:]}
 
 
-def packed(make, batches):
+def packed(make: Callable[[], Any], batches: int) -> dict:
     """Tokens and padding in the first ``batches`` batches of ``make()``."""
     p = make()
     tokens = padding = 0
@@ -167,7 +171,7 @@ def packed(make, batches):
     return {"tokens": tokens, "padding": padding}
 
 
-def main(argv):
+def main(argv: list[str]) -> None:
     cfg = json.loads(argv[1])
     runs = []
     if cfg.get("padding"):

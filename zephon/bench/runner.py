@@ -37,13 +37,17 @@ def parse_args(argv: list[str] | None):
     size.add_argument("--quick", action="store_true",
                       help="20k documents, 3 repeats, short runs (< 5 minutes on 2 cores)")
     size.add_argument("--tiny", action="store_true", help="a smoke test: seconds, not figures")
-    ap.add_argument("--workloads", default=",".join(suite.WORKLOADS))
-    ap.add_argument("--systems", default=",".join(suite.SYSTEMS))
+    ap.add_argument("--workloads", default=",".join(suite.WORKLOADS),
+                    help="comma-separated subset of %(default)s")
+    ap.add_argument("--systems", default=",".join(suite.SYSTEMS),
+                    help="comma-separated subset of %(default)s")
     ap.add_argument("--workers", default="0,2",
                     help="worker counts to sweep (0 = inline), e.g. 0,1,2,4 (default 0,2)")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--docs", type=int, default=None, help="documents in the corpus")
-    ap.add_argument("--seconds", type=float, default=None, help="steady-state seconds measured by one run")
+    ap.add_argument("--seconds", type=float, default=None,
+                    help="steady-state seconds measured by one run (W1, W4)")
+    ap.add_argument("--w2-seconds", type=float, default=None, help="the same for W2")
     ap.add_argument("--formats", default=None, help="W1's formats (default jsonl,parquet)")
     ap.add_argument("--no-sweep", action="store_true", help="skip W3's checkpoint-size sweep")
     ap.add_argument("--no-install", action="store_true",
@@ -78,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     params = with_overrides(preset("quick" if args.quick else "tiny" if args.tiny else "full"),
                             repeats=args.repeats, docs=args.docs, seconds=args.seconds,
+                            w2_seconds=args.w2_seconds,
                             formats=tuple(_csv(args.formats)) if args.formats else None)
     wl, systems = _csv(args.workloads), _csv(args.systems)
     bad = sorted(set(wl) - set(suite.WORKLOADS)) + sorted(set(systems) - set(suite.SYSTEMS))

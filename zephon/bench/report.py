@@ -107,8 +107,10 @@ def checkpoint_table(sweeps: dict[str, list[dict]]) -> str:
     for system, points in sweeps.items():
         for p in points:
             if "error" in p:
-                rows.append(f"| {system} | {p.get('chunk_size', '-')} | {p.get('batches', '-')} "
-                            f"| error: {p['error'].replace('|', '/')[:120]} | | | | |")
+                chunk, batches = p.get("chunk_size"), p.get("batches")
+                rows.append(f"| {system} | {'-' if chunk is None else f'{chunk:,}'} | "
+                            f"{'-' if batches is None else f'{batches:,}'} | error: "
+                            f"{p['error'].replace('|', '/')[:120]} | | | | |")
                 continue
             exact = {True: "yes", False: "NO"}.get(p.get("restore_exact"), "-")
             rows.append(f"| {system} | {p['chunk_size']:,} | {p['batches']:,} | "

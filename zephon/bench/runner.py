@@ -98,14 +98,24 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(msg, flush=True)
 
-    results = suite.collect(corpus, params, workers, wl, systems, log)
-    payload: dict = {"params": params.as_dict(), "corpus": spec.__dict__, "results": results}
-    if "W3" in wl and not args.no_sweep:
-        log("W3 checkpoint sweep ...")
-        payload["checkpoints"] = suite.checkpoint_sweeps(corpus, params, systems, log)
-    if "W4" in wl:
-        log("W4 padding ...")
-        payload["padding"] = suite.padding_comparison(corpus, params, systems, log)
+    from zephon.io.parquet import row_group_cache
+
+    # the runs hold the process's row-group cache small (workloads.RG_CACHE_BYTES); give an
+    # in-process caller (the tests) its cache back as it was
+    saved_limit = row_group_cache().limit_bytes
+    try:
+        results = suite.collect(corpus, params, workers, wl, systems, log)
+        payload: dict = {"params": params.as_dict(), "corpus": spec.__dict__,
+                         "results": results}
+        if "W3" in wl and not args.no_sweep:
+            log("W3 checkpoint sweep ...")
+            payload["checkpoints"] = suite.checkpoint_sweeps(corpus, params, systems, log)
+        if "W4" in wl:
+            log("W4 padding ...")
+            payload["padding"] = suite.padding_comparison(corpus, params, systems, log)
+    finally:
+        row_group_cache().clear()
+        row_group_cache().limit_bytes = saved_limit
     payload["meta"] = _meta(argv, time.perf_counter() - t_start)
 
     out = Path(args.out)

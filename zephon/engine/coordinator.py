@@ -214,6 +214,7 @@ class OutputRing:
         self.free = list(range(cfg.prefetch))
         self.wait = wait
         self.pending: list[tuple[int, object, object]] = []
+        self.held_fn = None  # set by the coordinator once its lanes exist
         conn.send(("ready", self.pool.names))
 
     def release(self, slots) -> None:
@@ -246,7 +247,10 @@ class OutputRing:
                 return
             grown = self.pool.grow(slot, wire.frame_size(*parts[0]))
             writer = wire.FrameWriter(self.pool.view(slot))
-        self.conn.send(("frame", slot, writer.finish(), grown, metrics.LOCAL.take_delta()))
+        delta = metrics.LOCAL.take_delta()
+        if self.held_fn is not None:
+            delta["held"] = self.held_fn()
+        self.conn.send(("frame", slot, writer.finish(), grown, delta))
 
 
 class Coordinator(LaneScheduler):
@@ -268,6 +272,15 @@ class Coordinator(LaneScheduler):
         for op in lane_plan.plan.serial_ops:
             op.setup(ctx)
         self.runners = [lane_plan.runner(lane, self.prepared(lane), ctx) for lane in self.lanes]
+        self.out.held_fn = self._held
+
+    def _held(self) -> dict[str, int]:
+        """Records each stateful operator holds, summed over lanes (for metrics_snapshot)."""
+        held: dict[str, int] = {}
+        for r in self.runners:
+            for k, v in r.chain.held_by_op().items():
+                held[k] = held.get(k, 0) + v
+        return held
 
     # transport
     def free_capacity(self) -> bool:

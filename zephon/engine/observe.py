@@ -76,6 +76,8 @@ class Observer:
     def merge(self, delta: dict) -> None:
         """Counters shipped from worker / coordinator processes."""
         self.registry.merge(delta)
+        if "held" in delta:  # the coordinator's buffers, as of its last frame
+            self.held = delta["held"]
 
     def snapshot(self, extra: dict | None = None) -> dict[str, Any]:
         self.registry.merge(metrics.LOCAL.take_delta())

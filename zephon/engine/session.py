@@ -111,7 +111,7 @@ class Session:
         if obs is None:
             return None
         engine = self.engine
-        if engine is not None and hasattr(engine, "held_by_op"):
+        if engine is not None and hasattr(engine, "held_by_op") and engine.held_by_op():
             obs.held = engine.held_by_op()
         if engine is not None and hasattr(engine, "collect_metrics"):
             for delta in engine.collect_metrics():

@@ -143,7 +143,7 @@ def run_torch(corpus: Corpus, workload: str, fmt: str, workers: int, params: Ben
     import torch.utils.data as tud
 
     if workload == "W3":
-        raise NotImplementedError("a plain DataLoader has no checkpoint of its position")
+        raise ValueError("W3 does not apply: a plain DataLoader has no checkpoint of its position")
     src_fmt = "tokenized" if workload == "W4" else fmt
     files = corpus.files(src_fmt)
     ds = _dataset(workload, files, fmt, corpus.tokenizer_path, params.shuffle_buffer)

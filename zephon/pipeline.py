@@ -7,7 +7,7 @@ until iteration; then ``zephon.engine`` compiles the chain and runs it.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from zephon.ops.base import BaseOp
@@ -276,6 +276,3 @@ class Pipeline:
         names = ["fetch", *(o.op_name for o in self._ops)]
         return f"Pipeline({' -> '.join(names)})"
 
-
-def _names(ops: Sequence[BaseOp]) -> list[str]:
-    return [o.op_name for o in ops]

@@ -7,7 +7,6 @@ its own workers. With ``stateful=True`` the dataset follows torchdata's Stateful
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -49,7 +48,3 @@ class PipelineIterableDataset(_tud.IterableDataset):
             raise ValueError("not a Zephon dataset state: missing 'engine'")
         self._pending = dict(state["engine"])  # applied when iteration starts (in the worker)
 
-
-def warn_direct_use() -> None:
-    warnings.warn("iterate the pipeline directly unless a framework needs a DataLoader",
-                  stacklevel=2)

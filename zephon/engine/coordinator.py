@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import cloudpickle
 
 from zephon.engine import cleanup, metrics, shm, wire
-from zephon.engine.lane import Prepared, pointer_end, round_robin_states
+from zephon.engine.lane import Prepared, held_by_op, pointer_end, round_robin_states
 from zephon.engine.worker import WorkerCrashedError, WorkerPool
 from zephon.ops.base import OpContext, StageInfo
 
@@ -272,15 +272,7 @@ class Coordinator(LaneScheduler):
         for op in lane_plan.plan.serial_ops:
             op.setup(ctx)
         self.runners = [lane_plan.runner(lane, self.prepared(lane), ctx) for lane in self.lanes]
-        self.out.held_fn = self._held
-
-    def _held(self) -> dict[str, int]:
-        """Records each stateful operator holds, summed over lanes (for metrics_snapshot)."""
-        held: dict[str, int] = {}
-        for r in self.runners:
-            for k, v in r.chain.held_by_op().items():
-                held[k] = held.get(k, 0) + v
-        return held
+        self.out.held_fn = lambda: held_by_op(self.runners)
 
     # transport
     def free_capacity(self) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from zephon.engine.lane import prepare, round_robin
+from zephon.engine.lane import held_by_op, prepare, round_robin
 from zephon.engine.lane_plan import LanePlan
 from zephon.ops.base import OpContext, StageInfo
 
@@ -30,11 +30,7 @@ class InlineEngine:
         return round_robin(self.runners)
 
     def held_by_op(self) -> dict[str, int]:
-        held: dict[str, int] = {}
-        for r in self.runners:
-            for k, v in r.chain.held_by_op().items():
-                held[k] = held.get(k, 0) + v
-        return held
+        return held_by_op(self.runners)
 
     def lane_states(self) -> dict[int, dict | None]:
         return {r.lane_id: r.snapshot() for r in self.runners}

@@ -132,6 +132,15 @@ class LaneRunner:
         return {"base": self.base, "skip": self.since, "delivered": self.delivered}
 
 
+def held_by_op(runners: list[LaneRunner]) -> dict[str, int]:
+    """Records each stateful operator holds, summed over lanes (for metrics_snapshot)."""
+    held: dict[str, int] = {}
+    for r in runners:
+        for k, v in r.chain.held_by_op().items():
+            held[k] = held.get(k, 0) + v
+    return held
+
+
 def round_robin_states(runners: list[LaneRunner]) -> Iterator[tuple[int, object, dict | None]]:
     """(lane, unit, lane state after it) in ``round_robin`` order: what an engine that hands
     units to another process ships, so the receiver knows each lane's state per unit. A lane

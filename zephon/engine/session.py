@@ -111,8 +111,9 @@ class Session:
         if obs is None:
             return None
         engine = self.engine
-        if engine is not None and hasattr(engine, "held_by_op") and engine.held_by_op():
-            obs.held = engine.held_by_op()
+        held = engine.held_by_op() if hasattr(engine, "held_by_op") else None
+        if held:  # the process engine's counts arrive with its frames instead
+            obs.held = held
         if engine is not None and hasattr(engine, "collect_metrics"):
             for delta in engine.collect_metrics():
                 obs.merge(delta)

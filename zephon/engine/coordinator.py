@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import cloudpickle
 
+from zephon.arrow_memory import use_decode_pool
 from zephon.engine import cleanup, metrics, shm, wire
 from zephon.engine.lane import Prepared, held_by_op, pointer_end, round_robin_states
 from zephon.engine.worker import WorkerCrashedError, WorkerPool
@@ -356,6 +357,7 @@ def coordinator_main(conn, lane_plan_blob: bytes, ops_blob: bytes, cfg: EngineCo
     log.debug("coordinator started: %d workers, start method %s", cfg.workers, cfg.start_method)
     try:
         try:
+            use_decode_pool()  # before the workers fork from us: they inherit it
             coord = Coordinator(conn, cloudpickle.loads(lane_plan_blob), cfg, ops_blob)
         finally:  # the watcher is a thread: only once the first workers are forked
             cleanup.watch(cfg.parent, leave)

@@ -74,8 +74,10 @@ class Session:
         return Observer(names, weights, progress)
 
     def __iter__(self) -> Iterator[Any]:
+        from zephon.arrow_memory import use_decode_pool
         from zephon.engine import metrics
 
+        use_decode_pool()  # the inline engine decodes in this process (see arrow_memory.py)
         self.active = True
         self.engine = self._make_engine()
         self.pipeline._pending_restore = None

@@ -220,7 +220,12 @@ def fetch_batch(path: Path, workers: int) -> float:
 
 
 def raw_parquet(path: Path) -> float:
+    """pyarrow reading the files whole (its own threads), on Zephon's allocator: the limit."""
     import pyarrow.parquet as pq
+
+    from zephon.arrow_memory import use_decode_pool
+
+    use_decode_pool()
 
     files = sorted(path.glob("*.parquet"))
     t0 = time.perf_counter()

@@ -17,9 +17,15 @@ from zephon.bench.params import BenchParams
 
 
 def raw_read(corpus: Corpus, fmt: str, params: BenchParams) -> dict:
-    """Records/s of pyarrow reading the shard files: whole passes, for at least ``seconds``."""
+    """Records/s of pyarrow reading the shard files: whole passes, for at least ``seconds``,
+    on the allocator Zephon decodes with (faster than pyarrow's default here: a limit must be
+    the best the machine does)."""
     import pyarrow.json as pj
     import pyarrow.parquet as pq
+
+    from zephon.arrow_memory import use_decode_pool
+
+    use_decode_pool()
 
     files = corpus.files(fmt)
     records = nbytes = 0

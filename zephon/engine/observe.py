@@ -27,7 +27,8 @@ def _tokens_per_dataset(block: Block, n_datasets: int) -> np.ndarray | None:
         return out
     if not block.columnar:
         return None
-    field = next((f for f in TOKEN_FIELDS if f in block.payload.column_names), None)
+    names = block.payload.schema.names  # once: column_names builds a new list per call
+    field = next((f for f in TOKEN_FIELDS if f in names), None)
     if field is None:
         return None
     offsets, _ = ragged_column(block.payload, field)

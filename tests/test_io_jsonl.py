@@ -297,3 +297,100 @@ def test_shard_that_arrow_keeps_rejecting_is_parsed_line_by_line(tmp_path, monke
         assert ds.read_payloads(0, np.arange(a, a + 4)) == recs[a:a + 4]
     assert len(calls) == 2  # Arrow was tried twice, then skipped for this shard
     assert ds.read_table(0, [1, 3]).to_pylist() == [recs[1], recs[3]]
+
+
+# -- flat string records: decoded by the lineindex_records kernel, same tables as Arrow's -------
+
+def _string_records(n: int) -> list[dict]:
+    return [{"text": f'doc {i} "q" \\ é \U0001F600\n' + "w" * (i % 7), "id": f"d{i}",
+             **({"lang": "en"} if i % 3 else {})} for i in range(n)]
+
+
+def _general_only(monkeypatch) -> None:
+    from zephon.io.jsonl import JsonlShardReader
+
+    monkeypatch.setattr(JsonlShardReader, "_read_flat", lambda self, rows: None)
+
+
+@pytest.mark.parametrize("compression", [None, "gzip"])
+def test_string_records_skip_arrows_parser_and_match_it(tmp_path, monkeypatch, compression):
+    import pyarrow.json as pj
+
+    recs = _string_records(30)
+    suffix = ".jsonl.gz" if compression else ".jsonl"
+    write_jsonl(tmp_path / "d" / f"a{suffix}", recs, compression)
+    calls = []
+    real = pj.read_json
+    monkeypatch.setattr(pj, "read_json", lambda *a, **k: calls.append(1) or real(*a, **k))
+    rows = np.array([17, 0, 5, 5, 29, 3], dtype=np.int64)
+    fast = Dataset.from_path("x", tmp_path / "d").read_table(0, rows)
+    assert calls == []
+    assert payloads_from_table(fast) == [recs[i] for i in rows]
+    assert sparse_columns(fast) == {"lang"}
+    _general_only(monkeypatch)
+    general = Dataset.from_path("x", tmp_path / "d").read_table(0, rows)
+    assert calls and fast.equals(general) and fast.schema == general.schema
+    assert fast.schema.metadata == general.schema.metadata
+
+
+def test_string_records_projection_and_present_everywhere(tmp_path):
+    recs = [{"text": "a", "src": "web"}, {"src": "code", "text": "b"}]
+    write_jsonl(tmp_path / "d" / "a.jsonl", recs)
+    ds = Dataset.from_path("x", tmp_path / "d")
+    t = ds.read_table(0, [1, 0])
+    assert t.column_names == ["text", "src"] and sparse_columns(t) == frozenset()
+    assert t.to_pylist() == [recs[1], {"src": "web", "text": "a"}]
+    assert ds.read_table(0, [0], columns=["text", "nope"]).column_names == ["text"]
+
+
+def test_read_with_one_other_value_takes_the_general_path(tmp_path, monkeypatch):
+    recs = _string_records(10)
+    recs[4]["n"] = 4
+    write_jsonl(tmp_path / "d" / "a.jsonl", recs)
+    rows = np.arange(10)
+    fast = Dataset.from_path("x", tmp_path / "d").read_table(0, rows)
+    assert payloads_from_table(fast) == recs
+    _general_only(monkeypatch)
+    assert fast.equals(Dataset.from_path("x", tmp_path / "d").read_table(0, rows))
+
+
+@pytest.mark.parametrize("body, line, match", [
+    (b'{"a": "1"}\n{"a": "2",,}\n', 2, "malformed"),
+    (b'{"a": "1"}\n\n["a"]\n', 3, "not a JSON object"),
+    (b'{"a": "1"}\n{"a": "2"}{"a": "3"}\n', 2, "malformed"),
+])
+def test_string_shard_errors_name_the_line(tmp_path, body, line, match):
+    ds = _bad_shard(tmp_path, body)
+    with pytest.raises(DataError, match=match) as e:
+        ds.read_table(0, [0, 1])
+    assert e.value.line == line and e.value.shard.endswith("bad.jsonl")
+    assert ds.read_table(0, [0]).to_pylist() == [{"a": "1"}]
+
+
+def test_string_shard_with_bom(tmp_path):
+    ds = _bad_shard(tmp_path, b'\xef\xbb\xbf{"a": "1"}\n{"a": "2"}\n')
+    assert ds.read_table(0, [1, 0]).to_pylist() == [{"a": "2"}, {"a": "1"}]
+
+
+def test_numpy_twin_gives_the_same_string_reads(tmp_path, monkeypatch):
+    recs = _string_records(20)
+    write_jsonl(tmp_path / "d" / "a.jsonl", recs)
+    got = {}
+    for disabled in ("0", "1"):
+        monkeypatch.setenv("ZEPHON_DISABLE_EXT", disabled)
+        got[disabled] = Dataset.from_path("x", tmp_path / "d").read_table(0, [19, 2, 2, 0])
+    assert got["0"].equals(got["1"]) and got["0"].schema == got["1"].schema
+    assert payloads_from_table(got["0"]) == [recs[i] for i in [19, 2, 2, 0]]
+
+
+@pytest.mark.parametrize("rows", [[3, 1, 0], [2, 0], [1, 2, 2, 0], [3, 2], [0, 1, 2, 3]])
+def test_string_columns_in_the_general_paths_order(tmp_path, monkeypatch, rows):
+    # Arrow names columns by first appearance over the unique rows ascending; empty values
+    # side by side (record 2) leave the member order to the general path
+    recs = [{"b": "1", "a": ""}, {"c": "", "a": "x"}, {"a": "", "c": "", "b": "2"}, {"d": "y"}]
+    write_jsonl(tmp_path / "d" / "a.jsonl", recs)
+    fast = Dataset.from_path("x", tmp_path / "d").read_table(0, rows)
+    _general_only(monkeypatch)
+    general = Dataset.from_path("x", tmp_path / "d").read_table(0, rows)
+    assert fast.column_names == general.column_names
+    assert fast.equals(general) and fast.schema.metadata == general.schema.metadata

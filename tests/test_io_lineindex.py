@@ -160,3 +160,112 @@ def test_key_presence_finds_top_level_keys_only(k, key):
             assert g == 1, (r, key)
         else:  # nested keys never count; escaped top-level keys make the answer "unknown"
             assert g == (2 if escaped_keys else 0), (r, key)
+
+
+# -- lineindex_records: flat string-valued records decoded straight from their spans -----------
+
+NPR = fallback("lineindex_records")
+CYR = compiled("lineindex_records")
+RTWINS = [NPR] if CYR is None else [NPR, CYR]
+needs_both_records = pytest.mark.skipif(CYR is None, reason="compiled lineindex_records not built")
+
+_FLAT_ALPHABET = [b"{", b"}", b'"', b":", b",", b" ", b"\n", b"\\", b"u", b"d8", b"dc", b"00", b"e9",
+                  b"a", b"b", b"n", b"/", b"1", b"\xc3\xa9", b"\xc3", b"\xff", b"\x01", b"\xed\xa0\x80",
+                  b"\xf0\x9f\x98\x80", b'{"a":"', b'"}', b'","b":"', b"\\ud83d\\ude00", b"\xef\xbb\xbf"]
+FLATISH = st.lists(st.sampled_from(_FLAT_ALPHABET), max_size=30).map(b"".join)
+TEXT = st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=12)
+
+
+def _spans(lines: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ends = np.cumsum([len(x) for x in lines]).astype(np.int64)
+    starts = np.concatenate(([0], ends[:-1])).astype(np.int64)
+    return u8(b"".join(lines)), starts, ends
+
+
+def _decoded(parsed) -> list[dict]:
+    """The records a flat_strings result describes."""
+    keys, values, vstart, vend = parsed
+    out = []
+    for i in range(vstart.shape[1]):
+        out.append({k.decode(): values[vstart[j, i]:vend[j, i]].tobytes().decode()
+                    for j, k in enumerate(keys) if vstart[j, i] >= 0})
+    return out
+
+
+def _same(a, b) -> None:
+    assert (a is None) == (b is None), (a, b)
+    if a is not None:
+        assert a[0] == b[0] and a[1].tobytes() == b[1].tobytes()
+        assert a[2].tolist() == b[2].tolist() and a[3].tolist() == b[3].tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(recs=st.lists(st.dictionaries(TEXT, TEXT, max_size=4), min_size=1, max_size=6),
+       ascii_only=st.booleans(), pad=st.sampled_from([b"", b" ", b"\r\n", b"\n\n  \n"]))
+def test_flat_strings_decode_valid_records(recs, ascii_only, pad):
+    lines = [json.dumps(r, ensure_ascii=ascii_only).encode() + pad for r in recs]
+    results = [k.flat_strings(*_spans(lines)) for k in RTWINS]
+    for got in results:
+        if not any(recs):  # only empty objects: still decoded, with no keys
+            assert got[0] == []
+        assert _decoded(got) == recs
+        first_seen = list(dict.fromkeys(k for r in recs for k in r))
+        assert [k.decode() for k in got[0]] == first_seen
+    _same(*results) if len(results) == 2 else None
+
+
+@needs_both_records
+@settings(max_examples=1000, deadline=None)
+@given(lines=st.lists(FLATISH, min_size=1, max_size=4))
+def test_flat_strings_twins_agree_on_any_bytes(lines):
+    buf, starts, ends = _spans(lines)
+    _same(CYR.flat_strings(buf, starts, ends), NPR.flat_strings(buf, starts, ends))
+
+
+@pytest.mark.parametrize("k", RTWINS, ids=lambda k: k.__name__)
+@pytest.mark.parametrize("line", [
+    b'{"a": 1}', b'{"a": null}', b'{"a": true}', b'{"a": {"b": "c"}}', b'{"a": ["b"]}',
+    b'{"a": "x", "a": "y"}', b'{"a": "x", "\\u0061": "y"}', b"\xef\xbb\xbf{}", b'{"a": "\\ud800"}',
+    b'{"a": "\\udc00\\ud800"}', b'{"a": "\t"}', b'{"a": "\xc0\x80"}', b'{"a": "\xed\xa0\x80"}',
+    b'{"a": "\\x"}', b"[1]", b'"a"', b'{"a": "x"}{"a": "y"}', b'{"a": "x",}', b'{"a" "x"}',
+    b'{"a": "x"', b"", b"  \n", b'{"' + b"k" * 257 + b'": "v"}',
+    json.dumps({f"k{i}": "v" for i in range(65)}).encode(),
+])
+def test_flat_strings_reject_other_shapes(k, line):
+    assert k.flat_strings(*_spans([b'{"ok": "yes"}\n', line])) is None
+
+
+@pytest.mark.parametrize("k", RTWINS, ids=lambda k: k.__name__)
+def test_flat_strings_limits_and_escapes(k):
+    wide = {f"k{i}": str(i) for i in range(62)}  # 64 keys in all: the most accepted
+    lines = [json.dumps(wide).encode(), b'{"' + b"k" * 256 + b'": "\\/\\b\\f\\n\\r\\t\\"\\\\"}',
+             b'{"\\u00e9": "\\ud83d\\ude00\\u0000"}']
+    got = k.flat_strings(*_spans(lines))
+    assert _decoded(got) == [wide, {"k" * 256: '/\b\f\n\r\t"\\'}, {"é": "\U0001F600\0"}]
+
+
+@pytest.mark.parametrize("k", RTWINS, ids=lambda k: k.__name__)
+def test_flat_strings_spans_in_any_order_into_out(k):
+    buf, starts, ends = _spans([b'{"a": "x"}\n', b'{"b": "yy"}\n'])
+    order = np.array([1, 0, 1], dtype=np.int64)
+    out = np.full(64, 7, dtype=np.uint8)
+    got = k.flat_strings(buf, starts[order], ends[order], out)
+    assert _decoded(got) == [{"b": "yy"}, {"a": "x"}, {"b": "yy"}]
+    assert got[1].tobytes() == b"yyxyy" and out[:5].tobytes() == b"yyxyy"
+    with pytest.raises(ValueError):
+        k.flat_strings(buf, starts, ends, np.zeros(3, dtype=np.uint8))
+    with pytest.raises(IndexError):
+        k.flat_strings(buf, np.array([0], np.int64), np.array([999], np.int64))
+    keys, values, vstart, vend = k.flat_strings(buf, starts[:0], ends[:0])
+    assert keys == [] and len(values) == 0 and vstart.shape == (0, 0)
+
+
+@pytest.mark.parametrize("k", TWINS, ids=lambda k: k.__name__)
+def test_gather_spans_into_out(k):
+    out = np.zeros(8, dtype=np.uint8)
+    got, offs = k.gather_spans(u8(b"abcdef"), np.array([4, 0], np.int64), np.array([6, 2], np.int64),
+                               out)
+    assert got.tobytes() == b"efab" and out[:4].tobytes() == b"efab" and offs.tolist() == [0, 2, 4]
+    with pytest.raises(ValueError):
+        k.gather_spans(u8(b"abcdef"), np.array([0], np.int64), np.array([6], np.int64),
+                       np.zeros(2, dtype=np.uint8))

@@ -69,8 +69,14 @@ def scan_line_starts(const uint8_t[::1] buf, int64_t base, int64_t line_start, b
     return out[:count].copy(), line_start, bool(has_content)
 
 
-def gather_spans(const uint8_t[::1] src, const int64_t[::1] starts, const int64_t[::1] ends):
-    """Copy ``src[starts[i]:ends[i]]`` for every i into one buffer: ``(bytes uint8, offsets)``."""
+def gather_spans(const uint8_t[::1] src, const int64_t[::1] starts, const int64_t[::1] ends,
+                 out=None):
+    """Copy ``src[starts[i]:ends[i]]`` for every i into one buffer: ``(bytes uint8, offsets)``.
+
+    ``out``, when given, is a writable uint8 array to fill (callers pass memory from Arrow's
+    pool, which recycles it; fresh malloc'd megabytes cost a page fault per 4 KiB); the bytes
+    returned are then its first ``offsets[-1]`` bytes.
+    """
     cdef Py_ssize_t n = starts.shape[0], i
     cdef int64_t total = 0, length
     offsets = np.empty(n + 1, dtype=np.int64)
@@ -82,7 +88,11 @@ def gather_spans(const uint8_t[::1] src, const int64_t[::1] starts, const int64_
             raise IndexError(f"span {i} [{starts[i]}, {ends[i]}) outside a buffer of {src.shape[0]}")
         total += length
         off[i + 1] = total
-    out = np.empty(total, dtype=np.uint8)
+    if out is None:
+        out = np.empty(total, dtype=np.uint8)
+    elif out.shape[0] < total:
+        raise ValueError(f"out holds {out.shape[0]} bytes, the spans {total}")
+    out = out[:total]
     if total == 0:
         return out, offsets
     cdef uint8_t[::1] o = out

@@ -62,8 +62,9 @@ def _check_spans(size: int, starts: np.ndarray, ends: np.ndarray) -> None:
         raise IndexError(f"span {i} [{starts[i]}, {ends[i]}) outside a buffer of {size}")
 
 
-def gather_spans(src, starts, ends):
-    """Copy ``src[starts[i]:ends[i]]`` for every i into one buffer: ``(bytes uint8, offsets)``."""
+def gather_spans(src, starts, ends, out=None):
+    """Copy ``src[starts[i]:ends[i]]`` for every i into one buffer: ``(bytes uint8, offsets)``;
+    into the writable uint8 array ``out`` when given (then its first ``offsets[-1]`` bytes)."""
     a = _u8(src)
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
@@ -71,10 +72,15 @@ def gather_spans(src, starts, ends):
     _check_spans(len(a), starts, ends)
     offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
     total = int(offsets[-1])
+    if out is not None and len(out) < total:
+        raise ValueError(f"out holds {len(out)} bytes, the spans {total}")
     if total == 0:
-        return np.empty(0, dtype=np.uint8), offsets
+        return (np.empty(0, dtype=np.uint8) if out is None else out[:0]), offsets
     idx = np.arange(total, dtype=np.int64) + np.repeat(starts - offsets[:-1], lengths)
-    return a[idx], offsets
+    if out is None:
+        return a[idx], offsets
+    np.take(a, idx, out=out[:total])
+    return out[:total], offsets
 
 
 def _structure(a: np.ndarray, offsets: np.ndarray):

@@ -2,8 +2,9 @@
 
 W1: pyarrow reading the shard files whole (its own threads on all cores); W2: the tokenizer's
 batch API alone on the same text (Rust threads on all cores); W4: one memcpy of the token bytes.
-A loader can approach these but not pass them (W1's limit reads whole files sequentially, which
-a shuffled, mixed loader cannot do).
+These are the issue's yardsticks rather than hard ceilings: W1's reads whole files
+sequentially, which a shuffled, mixed loader cannot do, but with Arrow's general JSON parser;
+Zephon's kernel for flat string records parses JSONL faster than that, so it can pass it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
-"""JSONL shards: random access through a line index, parsed by Arrow's C++ JSON reader.
+"""JSONL shards: random access through a line index, parsed by a kernel or Arrow's JSON reader.
 
-A read gathers the requested lines' byte spans (the ``lineindex`` kernel copies them out of a
+Flat records of string values (the usual ``{"text": ..., "id": ..., "source": ...}``) are
+decoded by the ``lineindex_records`` kernel straight from the memory map, in the requested
+order, with no copy of the lines and no type inference. Any other read, or one that kernel
+rejects, gathers the requested lines' byte spans (the ``lineindex`` kernel copies them out of a
 memory map; remote ``ranges`` mode fetches each run of consecutive lines with one ranged GET),
 parses them with ``pyarrow.json`` in one call and reorders with ``take``. When Arrow rejects
 the lines (types that change between records, a line that is not an object, broken JSON) the
@@ -26,6 +29,7 @@ from zephon.io.lines import compression_of
 from zephon.io.local_copy import Resources, ShardRef, local_jsonl, remote_jsonl_index
 from zephon.io.records import (
     arrow_member_counts,
+    flat_string_table,
     has_nested_objects,
     has_nulls,
     table_from_dicts,
@@ -44,6 +48,8 @@ class JsonlShardReader:
         self.ref = ref
         self._arrow_wins = 0  # reads Arrow parsed / reads it rejected: when rejections
         self._arrow_losses = 0  # dominate, the shard's records are heterogeneous
+        self._flat_wins = 0  # the same for the flat string kernel: when it keeps rejecting,
+        self._flat_losses = 0  # the shard's records have other values
         remote = not ref.location.is_local
         self._ranges = (remote and res.store.remote_reads == "ranges"
                         and compression_of(ref.name) is None)
@@ -75,7 +81,9 @@ class JsonlShardReader:
         starts = np.ascontiguousarray(self._offsets[rows], dtype=np.int64)
         ends = np.ascontiguousarray(self._offsets[rows + 1], dtype=np.int64)
         if not self._ranges:
-            return kernel("lineindex").gather_spans(self._bytes, starts, ends)
+            out = pa.allocate_buffer(int((ends - starts).sum()))  # see _read_flat
+            return kernel("lineindex").gather_spans(self._bytes, starts, ends,
+                                                    np.frombuffer(out, dtype=np.uint8))
         uniq = np.unique(rows)
         cut = np.flatnonzero(np.diff(uniq) != 1) + 1
         first = uniq[np.concatenate(([0], cut))]
@@ -179,6 +187,33 @@ class JsonlShardReader:
                 raise NotColumnar("nested objects differ in their keys; Arrow would add nulls")
         return sparse
 
+    def _read_flat(self, rows: np.ndarray) -> pa.Table | None:
+        """The rows (any order, repeats allowed) when all are flat string-valued objects."""
+        if self._flat_losses >= 2 and self._flat_wins < self._flat_losses:
+            return None
+        if self._ranges:
+            src, offs = self._gather(rows)
+            starts, ends = offs[:-1], offs[1:]
+        else:
+            src, starts, ends = self._bytes, self._offsets[rows], self._offsets[rows + 1]
+        # decoded values fit in the spans' size; Arrow's pool, unlike malloc, keeps such
+        # megabyte buffers mapped between reads instead of faulting fresh pages every time
+        scratch = pa.allocate_buffer(int((ends - starts).sum()))
+        parsed = kernel("lineindex_records").flat_strings(
+            src, starts, ends, np.frombuffer(scratch, dtype=np.uint8))
+        table = None
+        if parsed is not None:
+            keys, values, vstart, vend = parsed
+            order = _column_order(rows, vstart, vend)
+            if order is not None:
+                table = flat_string_table([keys[j] for j in order], values, vstart[order],
+                                          vend[order])
+        if table is None:
+            self._flat_losses += 1
+        else:
+            self._flat_wins += 1
+        return table
+
     # -- reads --------------------------------------------------------------------------------
 
     def read_table(self, rows: np.ndarray, columns: list[str] | None = None) -> pa.Table:
@@ -186,6 +221,15 @@ class JsonlShardReader:
         self._check_rows(rows)
         if len(rows) == 0:
             return pa.table({})
+        table = self._read_flat(rows)
+        if table is None:
+            table = self._read_general(rows)
+        if columns is not None:
+            table = table.select([c for c in columns if c in table.column_names])
+        return table
+
+    def _read_general(self, rows: np.ndarray) -> pa.Table:
+        """Arrow's reader (or orjson when Arrow rejects the lines) over the unique rows."""
         if len(rows) > 1 and not (np.diff(rows) > 0).all():
             uniq, inverse = np.unique(rows, return_inverse=True)
         else:
@@ -200,8 +244,6 @@ class JsonlShardReader:
             payloads = self._parse_python(buf, offs, uniq)  # raises DataError on bad lines
             self._arrow_losses += try_arrow
             table = table_from_dicts(payloads)
-        if columns is not None:
-            table = table.select([c for c in columns if c in table.column_names])
         if inverse is not None:
             table = table.take(pa.array(inverse.ravel()))
         return table
@@ -213,6 +255,23 @@ class JsonlShardReader:
             return []
         buf, offs = self._gather(rows)
         return self._parse_python(buf, offs, rows)
+
+
+def _column_order(rows: np.ndarray, vstart: np.ndarray, vend: np.ndarray) -> np.ndarray | None:
+    """Key order of the general path, which parses the unique rows ascending: by the first row
+    holding the key, then by member position in that record. Values are laid out in member
+    order, so (start, end) gives it, except between empty values side by side: None."""
+    k = len(vstart)
+    if k < 2 or len(rows) < 2 or (np.diff(rows) > 0).all():
+        return np.arange(k)  # the kernel's first-appearance order already is that
+    first_row = np.where(vstart >= 0, rows, np.iinfo(np.int64).max).min(axis=1)
+    span = np.argmax(rows == first_row[:, None], axis=1)  # one span of that row for all keys
+    start, end = vstart[np.arange(k), span], vend[np.arange(k), span]
+    order = np.lexsort((end, start, first_row))
+    key = np.stack((first_row[order], start[order], end[order]))
+    if (key[:, 1:] == key[:, :-1]).all(axis=0).any():
+        return None
+    return order
 
 
 def _map(path: str) -> np.ndarray:

@@ -11,6 +11,9 @@ Readers here only return a table when that convention reproduces every record ex
 - a column holding both, or an absent key inside a nested object: ``NotColumnar`` (callers
   then use ``read_payloads``, which returns the exact dicts).
 
+Flat records whose values are all strings skip all that: ``flat_string_table`` builds their
+table from the ``lineindex_records`` kernel's decoded values, where every null is an absent key.
+
 Member counts prove the nested case: the colons outside strings in a JSON line (the
 ``lineindex`` kernel) equal the members Arrow materialised for that row unless a nested key
 was filled in.
@@ -24,11 +27,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from zephon._ext import kernel
 from zephon.block import NotColumnar
 
 __all__ = [
     "SPARSE_KEY",
     "arrow_member_counts",
+    "flat_string_table",
     "has_nested_objects",
     "has_nulls",
     "payloads_from_table",
@@ -46,6 +51,37 @@ def with_sparse(table: pa.Table, columns: Sequence[str]) -> pa.Table:
     md = dict(table.schema.metadata or {})
     md[SPARSE_KEY] = ",".join(columns).encode()
     return table.replace_schema_metadata(md)
+
+
+def flat_string_table(keys: list[bytes], values: np.ndarray, vstart: np.ndarray,
+                      vend: np.ndarray) -> pa.Table | None:
+    """String columns from ``lineindex_records.flat_strings``: a record without a key gets a
+    null there, listed as sparse. None when there is no column (the general reader knows the
+    row count of a table without columns) or a column outgrows 32-bit offsets (Arrow's reader
+    would split it into chunks)."""
+    if not keys:
+        return None
+    gather = kernel("lineindex").gather_spans
+    n = vstart.shape[1]
+    arrays, sparse = [], []
+    for j in range(len(keys)):
+        starts, ends = vstart[j], vend[j]
+        present = starts >= 0
+        absent = n - int(np.count_nonzero(present))
+        if absent:
+            starts, ends = np.where(present, starts, 0), np.where(present, ends, 0)
+        size = int((ends - starts).sum())
+        if size > np.iinfo(np.int32).max:
+            return None
+        data = pa.allocate_buffer(size)  # Arrow's pool recycles pages; see gather_spans
+        _, offsets = gather(values, starts, ends, np.frombuffer(data, dtype=np.uint8))
+        validity = pa.py_buffer(np.packbits(present, bitorder="little")) if absent else None
+        arrays.append(pa.StringArray.from_buffers(
+            n, pa.py_buffer(offsets.astype(np.int32)), data, validity, absent))
+        if absent:
+            sparse.append(keys[j].decode())
+    table = pa.Table.from_arrays(arrays, names=[k.decode() for k in keys])
+    return with_sparse(table, sparse)
 
 
 def sparse_columns(table: pa.Table) -> frozenset[str]:

@@ -161,7 +161,6 @@ class WorkerPool:
         self.leases = shm.Leases()
         self.hold_limit = spec["slots"] - 1
         self.workers: list[_Worker] = []
-        self.issued: dict[int, int] = {}  # lane -> blocks handed out (see _pick)
         self.closed = False
         for i in range(count):
             self.workers.append(self._start(i, 0))
@@ -186,7 +185,7 @@ class WorkerPool:
                 w.free.append(slot)
 
     def submit(self, seq: int, block) -> None:
-        w = self._pick(block)
+        w = max((w for w in self.workers if w.ready and w.free), key=lambda w: len(w.free))
         slot = w.free.pop()
         w.inflight[slot] = seq
         writer = wire.FrameWriter(memoryview(w.views.map(slot)))
@@ -199,20 +198,6 @@ class WorkerPool:
             w.conn.send(msg)
         except OSError:  # it died before we noticed: this task is redone with its others
             self._died(w)
-
-    def _pick(self, block) -> _Worker:
-        """The worker for a lane's next pointer block. A lane's blocks go out in runs of
-        ``slots``, each run to the next worker in turn (when it has a free slot; else to the
-        least loaded). Consecutive blocks of a lane usually continue one shard, and the row
-        group (or line block) two of them share is then decoded once, in that worker's cache,
-        rather than once in each worker; runs as long as a worker's slots keep every worker
-        busy."""
-        lane = int(block.meta["lane_id"][0]) if len(block) else -1
-        k = self.issued[lane] = self.issued.get(lane, -1) + 1
-        w = self.workers[(k // self.spec["slots"]) % len(self.workers)]
-        if w.ready and w.free:
-            return w
-        return max((w for w in self.workers if w.ready and w.free), key=lambda w: len(w.free))
 
     def wait(self, extra: list, timeout: float) -> list:
         """Handle what the workers sent or did; returns the ``extra`` objects that are ready."""

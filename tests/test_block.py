@@ -4,7 +4,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from zephon.block import Block, NotColumnar, list_array, ragged_column
+from zephon.block import Block, NotColumnar, list_array, ragged_chunks, ragged_column, take_table
 from zephon.types import SampleBatch, block_from_records, records_from_block
 
 
@@ -61,3 +61,36 @@ def test_records_roundtrip_through_block():
 def test_returning_bare_dicts_is_refused_with_a_hint():
     with pytest.raises(TypeError, match="SampleRecord"):
         block_from_records([{"text": "x"}])
+
+
+def _chunked_tokens(type_=None):
+    """A token column of three Arrow chunks (one of them empty, one a slice)."""
+    parts = [list_array(np.array([0, 2, 5]), np.arange(5, dtype=np.int32), type_),
+             list_array(np.array([0]), np.empty(0, dtype=np.int32), type_),
+             list_array(np.array([0, 1, 1, 4, 6]), np.arange(6, dtype=np.int32) + 50,
+                        type_).slice(1, 3)]
+    return pa.table({"input_ids": pa.chunked_array(parts)})
+
+
+def test_ragged_chunks_index_like_the_joined_column():
+    table = _chunked_tokens()
+    chunks = ragged_chunks(table, "input_ids")
+    offsets, values = ragged_column(table, "input_ids")
+    np.testing.assert_array_equal(chunks.offsets, offsets)
+    vals, src, chunk = chunks.locate(offsets[:-1])
+    for r in range(len(offsets) - 1):
+        n = offsets[r + 1] - offsets[r]
+        np.testing.assert_array_equal(vals[chunk[r]][src[r]:src[r] + n],
+                                      values[offsets[r]:offsets[r + 1]])
+
+
+def test_take_table_reads_chunks_in_place_and_keeps_the_type():
+    element = pa.list_(pa.field("element", pa.int32(), nullable=False))
+    table = _chunked_tokens(element)
+    idx = np.array([4, 0, 4, 2, 1])
+    got = take_table(table, idx)
+    assert got.schema == table.schema
+    assert got.column("input_ids").to_pylist() == [table.column("input_ids")[i].as_py()
+                                                   for i in idx]
+    with pytest.raises(ValueError, match="out of range"):
+        take_table(table, np.array([5]))

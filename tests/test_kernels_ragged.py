@@ -183,3 +183,86 @@ def test_gather_ragged_twins_agree_and_keep_bool():
         np.testing.assert_array_equal(a[1], b[1])
     with pytest.raises(ValueError):
         c.take_ragged([0, 2], np.arange(2), [1])
+
+
+@st.composite
+def chunked_segments(draw):
+    """A few source arrays (some empty) and segments that each lie inside one of them."""
+    sizes = draw(st.lists(st.integers(0, 15), min_size=1, max_size=4))
+    chunks = [(np.arange(n, dtype=np.int32) * 11 + 100 * c) for c, n in enumerate(sizes)]
+    n = draw(st.integers(0, 8))
+    chunk, src, lens = [], [], []
+    for _ in range(n):
+        c = draw(st.integers(0, len(sizes) - 1))
+        ln = draw(st.integers(0, sizes[c]))
+        chunk.append(c)
+        src.append(draw(st.integers(0, sizes[c] - ln)))
+        lens.append(ln)
+    return chunks, np.array(chunk, np.int64), np.array(src, np.int64), np.array(lens, np.int64)
+
+
+def _joined(chunks, chunk, src):
+    starts = np.concatenate(([0], np.cumsum([len(c) for c in chunks])[:-1])).astype(np.int64)
+    return np.concatenate(chunks), src + starts[chunk] if len(src) else src
+
+
+@pytest.mark.parametrize("name", IMPLS)
+@settings(max_examples=40, deadline=None)
+@given(case=chunked_segments())
+def test_chunked_sources_read_like_the_joined_array(name, case):
+    """gather_ragged / pack_rows with chunk= give what the joined array gives."""
+    mod = impl(name)
+    chunks, chunk, src, lens = case
+    joined, jsrc = _joined(chunks, chunk, src)
+    off, val = mod.gather_ragged(chunks, src, lens, chunk=chunk)
+    want_off, want_val = mod.gather_ragged(joined, jsrc, lens)
+    np.testing.assert_array_equal(off, want_off)
+    np.testing.assert_array_equal(val, want_val)
+    L = max(int(lens.sum()), 1)
+    segoff = np.array([0, len(src) // 2, len(src)], np.int64)
+    got = [np.empty((2, L), np.int32) for _ in range(3)]
+    want = [np.empty((2, L), np.int32) for _ in range(3)]
+    pad = mod.pack_rows(chunks, src, lens, segoff, 7, *got, chunk=chunk)
+    want_pad = mod.pack_rows(joined, jsrc, lens, segoff, 7, *want)
+    np.testing.assert_array_equal(pad, want_pad)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name", IMPLS)
+def test_chunked_segment_may_not_leave_its_chunk(name):
+    """A segment reaching past the end of its own chunk fails even where the joined array
+    would have values there."""
+    mod = impl(name)
+    chunks = [np.arange(4, dtype=np.int32), np.arange(10, dtype=np.int32)]
+    with pytest.raises(ValueError, match="out of range"):
+        mod.gather_ragged(chunks, [2], [3], chunk=[0])
+    with pytest.raises(ValueError, match="out of range"):
+        mod.pack_rows(chunks, [2], [3], [0, 1], 0, np.empty((1, 5), np.int32), chunk=[0])
+    with pytest.raises(ValueError, match="chunk"):
+        mod.gather_ragged(chunks, [0], [1], chunk=[2])
+
+
+def test_chunked_twins_agree_on_every_dtype():
+    c = compiled("ragged")
+    if c is None:
+        pytest.skip("ragged extension not built")
+    rng = np.random.default_rng(5)
+    for dtype in DTYPES:
+        chunks = [rng.integers(0, 2, n).astype(dtype) for n in (40, 0, 25)]
+        chunk = rng.choice([0, 2], 20)
+        lens = np.minimum(rng.integers(0, 5, 20), [len(chunks[k]) for k in chunk])
+        src = np.array([rng.integers(0, len(chunks[k]) - ln + 1) for k, ln in zip(chunk, lens)])
+        a = c.gather_ragged(chunks, src, lens, chunk=chunk)
+        b = fallback("ragged").gather_ragged(chunks, src, lens, chunk=chunk)
+        assert a[1].dtype == b[1].dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(a[1], b[1])
+        segoff = np.array([0, 6, 6, 13, 20])
+        outs = []
+        for mod in (c, fallback("ragged")):
+            out = np.empty((4, 25), dtype)
+            pos = np.empty((4, 25), np.int32)
+            outs.append((mod.pack_rows(chunks, src, lens, segoff, 1, out, pos, chunk=chunk),
+                         out, pos))
+        for x, y in zip(*outs):
+            np.testing.assert_array_equal(x, y)

@@ -13,7 +13,7 @@ dict payload, so users see exactly the keys their data had.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -225,7 +225,8 @@ def _is_token_list(t: pa.DataType) -> bool:
 
 def take_table(table: pa.Table, idx: np.ndarray) -> pa.Table:
     """Rows ``idx`` of a table. Ragged numeric columns (token ids, masks) go through the
-    ``ragged`` kernel, several times faster than Arrow's generic take on list arrays."""
+    ``ragged`` kernel, several times faster than Arrow's generic take on list arrays, and read
+    a column of several chunks in place (one copy of the taken rows, not two)."""
     if not len(idx):
         return table.slice(0, 0)
     arr = pa.array(idx)
@@ -234,9 +235,15 @@ def take_table(table: pa.Table, idx: np.ndarray) -> pa.Table:
         if _is_token_list(col.type) and col.null_count == 0:
             from zephon._ext import kernel
 
-            offsets, values = ragged_column(table.select([name]), name)
-            off, val = kernel("ragged").take_ragged(offsets, values, idx)
-            cols.append(list_array(off, val))
+            chunks = ragged_chunks(table.select([name]), name)
+            rows = np.asarray(idx, dtype=np.int64)
+            if len(rows) and (rows.min() < 0 or rows.max() >= len(chunks.offsets) - 1):
+                raise ValueError(f"row index out of range for {len(chunks.offsets) - 1} rows")
+            start = chunks.offsets[rows]
+            values, src, chunk = chunks.locate(start)
+            off, val = kernel("ragged").gather_ragged(values, src, chunks.offsets[rows + 1] - start,
+                                                      chunk=chunk)
+            cols.append(list_array(off, val, col.type))
         else:
             cols.append(col.take(arr))
     return pa.Table.from_arrays(cols, schema=table.schema) if cols else table.take(arr)
@@ -280,7 +287,8 @@ def ragged_column(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
     """(offsets int64, values) numpy views of a list column, zero-copy where Arrow allows.
 
     A column of several chunks is joined by the ``ragged`` kernel in one copy (Arrow's
-    combine_chunks would copy, then the values would be copied again).
+    combine_chunks would copy, then the values would be copied again); callers that gather
+    from the column anyway should use ``ragged_chunks``, which copies nothing.
     """
     col = table.column(name)
     chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
@@ -292,6 +300,48 @@ def ragged_column(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
     from zephon._ext import kernel
 
     return kernel("ragged").concat_ragged([p[0] for p in parts], [p[1] for p in parts])
+
+
+class RaggedChunks(NamedTuple):
+    """A list column left in its Arrow chunks (zero-copy views).
+
+    ``offsets`` (int64, rows + 1) index the values as if the chunks were joined, exactly as
+    ``ragged_column`` would return them; ``values`` holds each chunk's values and ``starts``
+    the joined position where each chunk begins. No row spans two chunks.
+    """
+
+    offsets: np.ndarray
+    values: list[np.ndarray]
+    starts: np.ndarray
+
+    def locate(self, pos: np.ndarray) -> tuple[Any, np.ndarray, np.ndarray | None]:
+        """Kernel arguments ``(values, src, chunk)`` for segments starting at joined positions
+        ``pos``: the one array and ``pos`` itself for a single chunk, else the chunk list, the
+        start inside each segment's chunk and the chunk index (``ragged`` kernels' ``chunk=``)."""
+        pos = np.asarray(pos, dtype=np.int64)
+        if len(self.values) == 1:
+            return self.values[0], pos, None
+        chunk = np.searchsorted(self.starts, pos, side="right") - 1
+        np.maximum(chunk, 0, out=chunk)  # a (bad) negative start stays in chunk 0 and fails there
+        return self.values, pos - self.starts[chunk], chunk
+
+
+def ragged_chunks(table: pa.Table, name: str) -> RaggedChunks:
+    """A list column as ``RaggedChunks``: offsets over the joined rows, values per chunk."""
+    col = table.column(name)
+    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    if len(chunks) == 1:
+        offsets, values = _ragged_chunk(chunks[0], name)
+        return RaggedChunks(offsets, [values], np.zeros(1, dtype=np.int64))
+    if not chunks:
+        return RaggedChunks(np.zeros(1, dtype=np.int64), [np.empty(0, dtype=np.int32)],
+                            np.zeros(1, dtype=np.int64))
+    parts = [_ragged_chunk(c, name) for c in chunks]
+    sizes = np.array([len(p[1]) for p in parts], dtype=np.int64)
+    starts = np.zeros(len(parts), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    offsets = np.concatenate([[0]] + [p[0][1:] + b for p, b in zip(parts, starts.tolist())])
+    return RaggedChunks(offsets.astype(np.int64, copy=False), [p[1] for p in parts], starts)
 
 
 def _ragged_chunk(arr: pa.Array, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -314,9 +364,24 @@ def _ragged_chunk(arr: pa.Array, name: str) -> tuple[np.ndarray, np.ndarray]:
     return offsets, values
 
 
-def list_array(offsets: np.ndarray, values: np.ndarray) -> pa.Array:
-    """A ragged Arrow column over numpy offsets + values (no copy of the values)."""
+def list_array(offsets: np.ndarray, values: np.ndarray,
+               type: pa.DataType | None = None) -> pa.Array:
+    """A ragged Arrow column over numpy offsets + values (no copy of the values).
+
+    ``type``: the list type to give it (e.g. the source column's, whose element field may be
+    named or non-null), honoured when the offsets fit it; a table schema then matches as is
+    instead of being cast per call.
+    """
     offsets = np.asarray(offsets)
-    if offsets[-1] < 2**31:
-        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values))
-    return pa.LargeListArray.from_arrays(pa.array(offsets.astype(np.int64)), pa.array(values))
+    small = offsets[-1] < 2**31
+    if type is not None and pa.types.is_list(type) and small:
+        large = False
+    elif type is not None and pa.types.is_large_list(type):
+        large = True
+    else:
+        type, large = None, not small
+    if large:
+        return pa.LargeListArray.from_arrays(pa.array(offsets.astype(np.int64)), pa.array(values),
+                                             type=type)
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values),
+                                    type=type)

@@ -1,7 +1,8 @@
 """Pure-numpy twin of ``ragged.pyx`` (same functions, same results, same errors).
 
 Every function is vectorised: a segment list becomes flat source/destination index arrays
-via ``repeat`` + ``arange`` and one fancy-indexed copy.
+via ``repeat`` + ``arange`` and one fancy-indexed copy. A chunked source (``values`` a list of
+arrays, ``chunk`` the array of each segment) is joined first and the segments shifted into it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,32 @@ import numpy as np
 
 def _i64(a) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.int64).reshape(-1)
+
+
+def _joined(values, chunk, src: np.ndarray, lens: np.ndarray,
+            dtype=None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(one values array, segment starts in it, mask of segments that reach out of their own
+    chunk or None) for a plain or chunked source."""
+    if chunk is None:
+        values = np.asarray(values)
+        return (values if dtype is None else values.astype(dtype, copy=False)), src, None
+    chunk = _i64(chunk)
+    if len(chunk) != len(src):
+        raise ValueError("chunk must give one source array per segment")
+    arrays = [np.asarray(v) for v in values]
+    if len(chunk) and (chunk.min() < 0 or chunk.max() >= len(arrays)):
+        raise ValueError("chunk index out of range of the source arrays")
+    if not arrays:
+        if len(chunk):
+            raise ValueError("segments need at least one source array")
+        return np.empty(0, dtype=dtype or np.int32), src, None
+    dtype = dtype or arrays[0].dtype
+    sizes = np.array([len(a) for a in arrays], dtype=np.int64)
+    starts = np.zeros(len(arrays), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    outside = (src < 0) | (src + lens > sizes[chunk])
+    joined = np.concatenate([a.astype(dtype, copy=False) for a in arrays])
+    return joined, src + starts[chunk], outside
 
 
 def _within(lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -41,9 +68,12 @@ def gather_segments(values, src_starts, lengths, out_row, out_col, out) -> None:
 
 
 def pack_rows(values, src_starts, lengths, seg_offsets, pad_value, out, positions=None,
-              segment_ids=None) -> np.ndarray:
+              segment_ids=None, chunk=None) -> np.ndarray:
     """Lay consecutive segments into rows of ``out`` [R, L]; returns padding [R] (see ragged.pyx)."""
     src, lens, segoff = _i64(src_starts), _i64(lengths), _i64(seg_offsets)
+    outside = None
+    if chunk is not None and len(src) == len(lens):
+        values, src, outside = _joined(values, chunk, src, lens, out.dtype)
     R, L = out.shape
     if len(src) != len(lens) or len(segoff) != R + 1:
         raise ValueError("need len(src_starts) == len(lengths) and len(seg_offsets) == R + 1")
@@ -62,6 +92,8 @@ def pack_rows(values, src_starts, lengths, seg_offsets, pad_value, out, position
     row_first = segoff[:-1] - lo
     col = excl[:-1] - excl[row_first][row]            # first column of each segment
     bad = (lens < 0) | (src < 0) | (src + lens > len(values)) | (col + lens > L)
+    if outside is not None:
+        bad |= outside[lo:hi]
     if bad.any():
         k = int(np.argmax(bad))
         raise ValueError(f"row {row[k]}: segment {k + lo} (source {src[k]}+{lens[k]}) is out of "
@@ -86,15 +118,18 @@ def pack_rows(values, src_starts, lengths, seg_offsets, pad_value, out, position
     return (L - used).astype(np.int64)
 
 
-def gather_ragged(values, src_starts, lengths) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenate ``values[src:src+len]`` for every segment: returns (offsets, values)."""
+def gather_ragged(values, src_starts, lengths, chunk=None) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate ``values[src:src+len]`` for every segment: returns (offsets, values).
+
+    With ``chunk``, ``values`` is a list of arrays and segment i reads ``values[chunk[i]]``.
+    """
     src, lens = _i64(src_starts), _i64(lengths)
     if len(src) != len(lens):
         raise ValueError("src_starts and lengths must have equal lengths")
     if len(lens) and lens.min() < 0:
         raise ValueError("negative segment length")
-    values = np.asarray(values)
-    bad = (src < 0) | (src + lens > len(values))
+    values, src, outside = _joined(values, chunk, src, lens)
+    bad = (src < 0) | (src + lens > len(values)) if outside is None else outside
     if bad.any():
         i = int(np.argmax(bad))
         raise ValueError(f"segment {i} ({src[i]}+{lens[i]}) is out of range of {len(values)} values")

@@ -16,6 +16,14 @@ from zephon import synthetic
 
 NAMES = ("code", "web")
 MIXTURE = {"code": 0.25, "web": 0.75}
+# How W4's pre-tokenized copy is stored, as a corpus of token ids meant for training is: the
+# lists and their elements declared non-null (token lists hold no nulls; nullable elements make
+# the reader decode a definition level per token), PLAIN values without a dictionary and
+# without compression (ids are near-random 4-byte values, so general-purpose compressors gain
+# little and cost decode time on every epoch). A cached corpus whose copy was written another
+# way is re-tokenized on first use (``tokenized/FORMAT.json`` records the format).
+TOKENIZED_FORMAT = {"version": 2, "nullable": False, "use_dictionary": False,
+                    "compression": "none", "row_group_size": 1024}
 
 
 @dataclass(frozen=True)
@@ -66,7 +74,11 @@ def ensure_corpus(spec: CorpusSpec, root: Path | None = None,
     root = (root or default_root()) / spec.key
     done = root / "READY.json"
     if done.exists():
-        return Corpus(root, spec)
+        corpus = Corpus(root, spec)
+        if not _tokenized_current(corpus):
+            log(f"re-writing the pre-tokenized copy in {root} ...")
+            _pretokenize(corpus)
+        return corpus
     log(f"generating benchmark corpus in {root} ...")
     code_n = spec.docs // 4
     parts = {"code": code_n, "web": spec.docs - code_n}
@@ -83,20 +95,37 @@ def ensure_corpus(spec: CorpusSpec, root: Path | None = None,
     return corpus
 
 
+def _format_file(corpus: Corpus) -> Path:
+    return corpus.root / "tokenized" / "FORMAT.json"
+
+
+def _tokenized_current(corpus: Corpus) -> bool:
+    try:
+        return json.loads(_format_file(corpus).read_text()) == TOKENIZED_FORMAT
+    except (OSError, ValueError):
+        return False
+
+
 def _pretokenize(corpus: Corpus) -> None:
     """W4's input: every document as ``[BOS, *ids, EOS]`` (what tokenize() emits by default),
-    int32, in Parquet shards mirroring the text shards."""
+    int32, in Parquet shards mirroring the text shards, stored as ``TOKENIZED_FORMAT`` says."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(corpus.tokenizer_path)
     bos, eos = tok.token_to_id("<s>"), tok.token_to_id("</s>")
+    fmt = TOKENIZED_FORMAT
+    element = pa.field("element", pa.int32(), nullable=fmt["nullable"])
+    schema = pa.schema([pa.field("input_ids", pa.list_(element), nullable=fmt["nullable"])])
     for name in NAMES:
         out = Path(corpus.dataset_dir(name, "tokenized"))
         out.mkdir(parents=True, exist_ok=True)
         for f in sorted(glob.glob(os.path.join(corpus.dataset_dir(name, "parquet"), "*.parquet"))):
             texts = pq.read_table(f, columns=["text"]).column("text").to_pylist()
             ids = [[bos, *e.ids, eos] for e in tok.encode_batch(texts, add_special_tokens=False)]
-            table = pa.table({"input_ids": pa.array(ids, type=pa.list_(pa.int32()))})
-            pq.write_table(table, out / os.path.basename(f), row_group_size=1024)
+            table = pa.table({"input_ids": pa.array(ids, type=schema.field(0).type)},
+                             schema=schema)
+            pq.write_table(table, out / os.path.basename(f), row_group_size=fmt["row_group_size"],
+                           use_dictionary=fmt["use_dictionary"], compression=fmt["compression"])
+    _format_file(corpus).write_text(json.dumps(TOKENIZED_FORMAT))

@@ -68,15 +68,19 @@ def clear_caches() -> None:
 
 
 def batch_counts(batch: Any) -> tuple[int, int, int]:
-    """(rows, real tokens, padding tokens) of a batch, from its columns (no per-row Python)."""
-    block = batch.block
-    if "input_ids" not in block.column_names():
-        return len(batch), 0, 0
-    from zephon.block import ragged_column
+    """(rows, real tokens, padding tokens) of a batch, from its columns (no per-row Python).
 
-    offsets, _ = ragged_column(block.payload, "input_ids")
+    It runs inside the measured loop, once per batch, so it stays at a few microseconds: the
+    row offsets only (``ragged_chunks`` never joins a column's chunks), no ``np.clip``."""
+    block = batch.block
+    payload = block.payload
+    if not block.columnar or payload.schema.get_field_index("input_ids") < 0:
+        return len(batch), 0, 0
+    from zephon.block import ragged_chunks
+
+    offsets = ragged_chunks(payload, "input_ids").offsets
     pad = block.meta.get("padding_length")
-    padding = int(np.clip(pad, 0, None).sum()) if pad is not None else 0
+    padding = int(np.maximum(pad, 0).sum()) if pad is not None else 0
     return len(batch), int(offsets[-1] - offsets[0]) - padding, padding
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from zephon.block import TOKEN_FIELDS, Block, add_lineage, list_array, ragged_column
+from zephon.block import TOKEN_FIELDS, Block, add_lineage, list_array, ragged_chunks, ragged_column
 from zephon.engine.refs import RECIPE_COLUMN, refs_of
 from zephon.ops.base import BaseOp, LaneAccumulator, OpContext, OpTraits
 from zephon.ops.held_store import HeldStore
@@ -91,7 +91,10 @@ class PackOp(BaseOp):
     def make_rows(self, bins: PackedBins, src: Block, rows: np.ndarray) -> Block:
         """Output records for ``bins`` whose segment k reads row ``rows[k]`` of ``src``."""
         field = self.field(src)
-        offsets, values = ragged_column(src.payload, field)
+        # the held records and the new block stay separate Arrow chunks: rows are gathered
+        # from them in place, never joined first
+        tokens = ragged_chunks(src.payload, field)
+        offsets = tokens.offsets
         seg_src = rows
         first = seg_src[bins.seg_offsets[:-1]]
         meta = {k: v[first] for k, v in src.meta.items()
@@ -106,7 +109,8 @@ class PackOp(BaseOp):
         np.add.at(comp_samples, (bin_of, comp), 1)
         meta["comp_tokens"], meta["comp_samples"] = comp_tokens, comp_samples
         if self.flat:
-            built = build_rows(bins, offsets, values, self.pad_token_id, self.max_length, rows=rows)
+            built = build_rows(bins, offsets, tokens.values, self.pad_token_id, self.max_length,
+                               rows=rows)
             meta["padding_length"] = built.padding_length.astype(np.int64)
             width = self.max_length
             if self.algorithm == "wrap":  # wrap only emits full rows: no padding anywhere
@@ -122,19 +126,20 @@ class PackOp(BaseOp):
                 if not hasattr(col.type, "value_type") or pa.types.is_struct(col.type):
                     continue
                 try:
-                    a_off, a_val = ragged_column(src.payload, name)
+                    aligned_col = ragged_chunks(src.payload, name)
                 except (TypeError, ValueError):
                     continue
+                a_off, a_val = aligned_col.offsets, aligned_col.values
                 if not np.array_equal(np.diff(a_off), np.diff(offsets)):
                     continue  # not aligned element-wise with the tokens: dropped (spec)
-                if not np.issubdtype(a_val.dtype, np.number):
+                if not np.issubdtype(a_val[0].dtype, np.number):
                     continue
                 aligned = build_rows(bins, a_off, a_val, 0, self.max_length, rows=rows)
                 cols[name] = list_array(flat_off, aligned.tokens.ravel())
             cols[RECIPE_COLUMN] = self._recipe(bins, src, rows)
             table = pa.table(cols)
         else:
-            table = self._sequences(bins, src, rows, field, offsets, values)
+            table = self._sequences(bins, src, rows, field)
         return Block(meta, table, lineage)
 
     def _recipe(self, bins: PackedBins, src: Block, rows: np.ndarray) -> pa.Array:
@@ -155,10 +160,11 @@ class PackOp(BaseOp):
         seg = pa.StructArray.from_arrays(fields, names=names)
         return pa.ListArray.from_arrays(pa.array(bins.seg_offsets.astype(np.int32)), seg)
 
-    def _sequences(self, bins, src, rows, field, offsets, values) -> pa.Table | list:
+    def _sequences(self, bins, src, rows, field) -> pa.Table | list:
         """{"packed_samples": [...]}: whole payloads (first/best fit) or token slices (wrap)."""
         whole = self.algorithm in ("first_fit", "best_fit")
         payloads = src.payload_list() if whole else None
+        offsets, values = (None, None) if whole else ragged_column(src.payload, field)
         packed = []
         for b in range(len(bins)):
             segs = []
@@ -252,8 +258,7 @@ class PackLane(LaneAccumulator):
 
     def push(self, block: Block) -> list[Block]:
         field = self.op.field(block)
-        offsets, _ = ragged_column(block.payload, field)
-        lengths = np.diff(offsets)
+        lengths = np.diff(ragged_chunks(block.payload, field).offsets)
         ids = np.arange(self.next_id, self.next_id + len(block), dtype=np.int64)
         self.next_id += len(block)
         self.store.add(block, ids)
@@ -282,7 +287,7 @@ class PackLane(LaneAccumulator):
         blk = self.store.block()
         if blk is None:
             return
-        offsets, _ = ragged_column(blk.payload, self.op.field(blk))
+        offsets = ragged_chunks(blk.payload, self.op.field(blk)).offsets
         done = self.consumed >= np.diff(offsets)
         if len(dropped):
             done[self.store.rows_of(np.asarray(dropped, dtype=np.int64))] = True

@@ -1,36 +1,45 @@
 """Vectorised layout of ragged token ids: BOS/EOS bracketing, truncation, splitting.
 
 Every function takes and returns (offsets int64 [n+1], values int32) and never loops over
-records in Python: insertions and cuts are computed with cumulative sums over the whole block.
+records in Python: insertions and cuts are computed with cumulative sums over the whole block
+(or, for ``bracket``, as one ``ragged`` kernel gather).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from zephon._ext import kernel
+
 
 def bracket(offsets: np.ndarray, values: np.ndarray, bos: int | None,
             eos: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """Prepend ``bos`` and/or append ``eos`` to every row."""
+    """Prepend ``bos`` and/or append ``eos`` to every row.
+
+    One gather by the ``ragged`` kernel over a two-array source (the token values and the
+    special ids): each row becomes the segments [bos], its tokens, [eos], copied once (index
+    arithmetic over every token cost ten times more).
+    """
     nb = 1 if bos is not None else 0
     ne = 1 if eos is not None else 0
     if nb == 0 and ne == 0:
         return offsets, values
+    offsets = np.asarray(offsets, dtype=np.int64)
+    values = np.asarray(values, dtype=np.int32)
     n = len(offsets) - 1
-    lengths = np.diff(offsets)
-    new_len = lengths + nb + ne
-    new_off = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(new_len, out=new_off[1:])
-    out = np.empty(int(new_off[-1]), dtype=np.int32)
-    # position of each original token in the output: its index + (row index + 1) * specials
-    row = np.repeat(np.arange(n, dtype=np.int64), lengths)
-    dest = np.arange(len(values), dtype=np.int64) + row * (nb + ne) + nb
-    out[dest] = values[: len(dest)]
+    k = nb + 1 + ne  # segments per row
+    specials = np.array([0 if bos is None else bos, 0 if eos is None else eos], dtype=np.int32)
+    chunk = np.ones((n, k), dtype=np.int64)
+    src = np.empty((n, k), dtype=np.int64)
+    lens = np.ones((n, k), dtype=np.int64)
+    chunk[:, nb], src[:, nb], lens[:, nb] = 0, offsets[:-1], np.diff(offsets)
     if nb:
-        out[new_off[:-1]] = bos
+        src[:, 0] = 0
     if ne:
-        out[new_off[1:] - 1] = eos
-    return new_off, out
+        src[:, -1] = 1
+    seg_off, out = kernel("ragged").gather_ragged([values, specials], src.ravel(), lens.ravel(),
+                                                  chunk=chunk.ravel())
+    return seg_off[::k].copy(), out
 
 
 def truncate(offsets: np.ndarray, values: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray]:

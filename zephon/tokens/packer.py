@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from zephon._ext import kernel
+from zephon.block import RaggedChunks
 
 ALGORITHMS = ("first_fit", "best_fit", "wrap", "best_fit_wrap")
 STATE_VERSION = 1
@@ -223,24 +224,42 @@ def _sources(bins: PackedBins, offsets: np.ndarray, rows) -> np.ndarray:
     return offsets[r] + bins.token_start
 
 
+def _chunked(offsets: np.ndarray, values, src: np.ndarray) -> tuple[Any, np.ndarray, Any]:
+    """Kernel arguments (values, src, chunk) for ``values`` given as one array or as the list
+    of arrays whose concatenation ``offsets`` index (an Arrow column's chunks, not joined)."""
+    if not isinstance(values, (list, tuple)):
+        return np.asarray(values), src, None
+    sizes = np.array([len(v) for v in values], dtype=np.int64)
+    starts = np.zeros(len(values), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    return RaggedChunks(offsets, list(values), starts).locate(src)
+
+
+def _dtype(values) -> np.dtype:
+    """Element type of ``_chunked``'s values (an array or a list of chunk arrays)."""
+    if isinstance(values, list):
+        return np.asarray(values[0]).dtype if values else np.dtype(np.int32)
+    return values.dtype
+
+
 def build_rows(bins: PackedBins, offsets, values, pad_id: int, max_length: int, *,
                rows=None, return_segment_ids: bool = False) -> PackedRows:
     """Dense packed rows from bins over a ragged token store, in one gather.
 
     Segment k reads row ``rows[k]`` (default ``bins.record_id[k]``) of (offsets, values),
-    tokens ``token_start .. token_start + token_len``. Positions restart at 0 for every
-    segment and again for the pad tail, so ``cumsum(positions == 0) - 1`` is a document id and
-    padding stays a segment of its own (masked by ``padding_length``, not by id).
+    tokens ``token_start .. token_start + token_len``; ``values`` may also be the list of
+    arrays (Arrow chunks) that ``offsets`` index as if joined, read in place. Positions restart
+    at 0 for every segment and again for the pad tail, so ``cumsum(positions == 0) - 1`` is a
+    document id and padding stays a segment of its own (masked by ``padding_length``, not by id).
     """
     offsets = np.asarray(offsets, dtype=np.int64)
-    values = np.asarray(values)
-    src = _sources(bins, offsets, rows)
+    values, src, chunk = _chunked(offsets, values, _sources(bins, offsets, rows))
     n = len(bins)
-    tokens = np.empty((n, max_length), dtype=values.dtype)
+    tokens = np.empty((n, max_length), dtype=_dtype(values))
     positions = np.empty((n, max_length), dtype=np.int32)
     seg_ids = np.empty((n, max_length), dtype=np.int32) if return_segment_ids else None
     pad = kernel("ragged").pack_rows(values, src, bins.token_len, bins.seg_offsets, pad_id,
-                                     tokens, positions, seg_ids)
+                                     tokens, positions, seg_ids, chunk=chunk)
     return PackedRows(tokens, positions, pad.astype(np.int32),
                       np.diff(bins.seg_offsets).astype(np.int32), seg_ids)
 
@@ -248,10 +267,11 @@ def build_rows(bins: PackedBins, offsets, values, pad_id: int, max_length: int, 
 def build_aligned(bins: PackedBins, offsets, values, max_length: int, *, pad_value: int = 0,
                   rows=None) -> np.ndarray:
     """[R, max_length] rows of a field aligned element-wise with the tokens (e.g. a loss
-    mask), laid out exactly like ``build_rows`` lays the tokens; padding gets ``pad_value``."""
+    mask), laid out exactly like ``build_rows`` lays the tokens; padding gets ``pad_value``.
+    ``values`` may be a list of chunks, as for ``build_rows``."""
     offsets = np.asarray(offsets, dtype=np.int64)
-    values = np.asarray(values)
-    out = np.empty((len(bins), max_length), dtype=values.dtype)
-    kernel("ragged").pack_rows(values, _sources(bins, offsets, rows), bins.token_len,
-                               bins.seg_offsets, pad_value, out)
+    values, src, chunk = _chunked(offsets, values, _sources(bins, offsets, rows))
+    out = np.empty((len(bins), max_length), dtype=_dtype(values))
+    kernel("ragged").pack_rows(values, src, bins.token_len, bins.seg_offsets, pad_value, out,
+                               chunk=chunk)
     return out

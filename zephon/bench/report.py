@@ -138,7 +138,9 @@ def markdown(payload: dict[str, Any]) -> str:
     head = (f"Zephon benchmark, {meta['time']}, {meta['cpus']} CPUs ({meta['platform']}), "
             f"{p.docs:,} documents, median of {p.repeats} runs, each run stopped after "
             f"{p.seconds:g} s of steady state ({p.w2_seconds:g} s for W2); `{meta['command']}` "
-            f"took {meta['elapsed_s']:.0f} s.")
+            f"took {meta['elapsed_s']:.0f} s."
+            + (f" Every system read through Arrow's {meta['arrow_pool']} allocator."
+               if meta.get("arrow_pool") else ""))
     parts = [head, "", results_table(payload["results"])]
     if payload.get("checkpoints"):
         parts += ["", "W3 checkpoint size and restore (pre-tokenized documents -> shuffle("

@@ -72,9 +72,21 @@ def _meta(argv: list[str] | None, elapsed: float) -> dict:
     args = sys.argv[1:] if argv is None else argv
     cmd = "python -m zephon bench " + " ".join(shlex.quote(a) for a in args if a != "bench")
     return {"time": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count(),
+            "arrow_pool": pyarrow.default_memory_pool().backend_name,
             "platform": f"{platform.system()} {platform.machine()}",
             "load_avg": os.getloadavg() if hasattr(os, "getloadavg") else None,
             "versions": versions, "command": cmd.strip(), "elapsed_s": elapsed}
+
+
+def _same_allocator_for_all() -> None:
+    """Zephon decodes on jemalloc (``zephon/arrow_memory.py``); give every system the same
+    Arrow allocator: this process's pyarrow now, and the DataLoader workers and the reference's
+    process through Arrow's own environment variable."""
+    from zephon.arrow_memory import use_decode_pool
+
+    backend = use_decode_pool()
+    if backend:
+        os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", backend)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                             w2_seconds=args.w2_seconds,
                             formats=tuple(_csv(args.formats)) if args.formats else None)
     wl, systems = _csv(args.workloads), _csv(args.systems)
+    _same_allocator_for_all()
     bad = sorted(set(wl) - set(suite.WORKLOADS)) + sorted(set(systems) - set(suite.SYSTEMS))
     if bad:
         print(f"unknown workload/system: {bad}", file=sys.stderr)

@@ -58,6 +58,26 @@ def test_threads_racing_produce_once_and_never_see_half_files(tmp_path):
     assert cache.stats["downloads"] == 1
 
 
+def test_a_read_waiting_on_a_thread_download_reuses_it(tmp_path):
+    """A read that needs an entry a prefetch thread is producing waits for it and finds it."""
+    cache = ShardCache(tmp_path / "c")
+    started = threading.Event()
+
+    def produce(part: Path) -> None:
+        started.set()
+        time.sleep(0.2)
+        part.write_bytes(b"whole")
+
+    prefetch = threading.Thread(target=cache.get_or_create, args=("k", "a.bin", produce))
+    prefetch.start()
+    assert started.wait(10)
+    again = []
+    path = cache.get_or_create("k", "a.bin", lambda part: again.append(part))
+    prefetch.join()
+    assert path.read_bytes() == b"whole" and not again
+    assert cache.stats["downloads"] == 1
+
+
 def _race_in_process(root: str, counter: str, payload: bytes, out) -> None:
     cache = ShardCache(Path(root))
     path = cache.get_or_create("shared", "s.bin", _produce_slowly(Path(counter), payload))
@@ -78,6 +98,37 @@ def test_processes_racing_produce_once(tmp_path):
         p.join(timeout=60)
     assert results == [True] * 4
     assert (tmp_path / "n").read_text() == "x"
+
+
+def _signal_then_sleep(running) -> None:
+    running.set()
+    time.sleep(60)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_while_a_lock_is_held_does_not_keep_it(tmp_path):
+    """The child closes its inherited copy of the lock's descriptor, so the lock is free as
+    soon as the parent releases it, not when the child exits."""
+    import fcntl
+
+    from zephon.io.flock import exclusive_lock
+
+    lock = tmp_path / "entry.lock"
+    ctx = mp.get_context("fork")
+    running = ctx.Event()
+    with exclusive_lock(lock):
+        child = ctx.Process(target=_signal_then_sleep, args=(running,))
+        child.start()
+    try:
+        assert running.wait(60)  # the child is past its at-fork handlers
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError if still held
+        finally:
+            os.close(fd)
+    finally:
+        child.terminate()
+        child.join(timeout=60)
 
 
 def test_crashed_download_is_redone(tmp_path):

@@ -127,6 +127,33 @@ def test_index_on_s3_means_no_shard_is_touched_at_start(s3, bucket, cache_dir):
     assert cache_stats(ds)["downloads"] == 0
 
 
+def test_missing_prefix_is_file_not_found(s3, bucket):
+    with pytest.raises(FileNotFoundError, match="no-such-prefix"):
+        Dataset.from_path("web", f"s3://{bucket}/no-such-prefix",
+                          storage_options=s3["storage_options"])
+
+
+def test_indexed_dataset_opens_with_one_request(s3, bucket, monkeypatch):
+    """index.json proves the root exists: no HEAD / LIST of the prefix before reading it."""
+    import s3fs
+
+    upload_jsonl(s3, bucket, shards=2, rows=5)
+    build_index("jsonl", f"s3://{bucket}/ds", progress=False,
+                storage_options=s3["storage_options"])
+    s3fs.S3FileSystem(**s3["storage_options"]).invalidate_cache()  # a cold listing
+    calls = []
+    original = s3fs.S3FileSystem._call_s3
+
+    async def counted(self, method, *args, **kwargs):
+        calls.append(method)
+        return await original(self, method, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", counted)
+    ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
+    assert ds.counts().tolist() == [5, 5]
+    assert calls.count("list_objects_v2") == 0 and len(calls) <= 2  # GET (+ HEAD in cat_file)
+
+
 def test_shard_deleted_after_discovery_names_it(s3, bucket):
     upload_jsonl(s3, bucket, shards=2, rows=5)
     build_index("jsonl", f"s3://{bucket}/ds", progress=False,

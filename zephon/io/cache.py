@@ -9,10 +9,11 @@ Layout under the cache root::
 
 Concurrency: the process that takes an entry's file lock produces it into a ``.part`` file and
 renames it into place (atomic on POSIX), so a half-written file is never visible; every other
-process or thread waits on the lock and then finds the finished entry. A crash releases the lock
-(the kernel drops flock locks with the process) and leaves only a ``.part`` file, which the next
-producer deletes before redoing the work. Recency is the entry's mtime, refreshed on every use;
-eviction removes least recently used entries until the new one fits under the limit.
+process or thread waits on the lock (flock.py: woken by the kernel when it is released) and then
+finds the finished entry. A crash releases the lock (the kernel drops flock locks with the
+process) and leaves only a ``.part`` file, which the next producer deletes before redoing the
+work. Recency is the entry's mtime, refreshed on every use; eviction removes least recently used
+entries until the new one fits under the limit.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from filelock import FileLock
+from zephon.io.flock import exclusive_lock
 
 __all__ = ["ShardCache", "cache_for", "entry_key"]
 
@@ -83,7 +84,7 @@ class ShardCache:
         if found is not None:
             return found
         final = self.entry_path(key, name)
-        with FileLock(str(self.locks / f"{key}.lock")):
+        with exclusive_lock(self.locks / f"{key}.lock"):
             found = self.lookup(key, name)
             if found is not None:
                 return found
@@ -137,7 +138,7 @@ class ShardCache:
         if incoming > self.limit_bytes:
             raise ValueError(f"shard cache limit {self.limit_bytes} bytes at {self.root} cannot "
                              f"hold one shard of {incoming} bytes; raise ZEPHON_CACHE_LIMIT")
-        with FileLock(str(self.locks / ".evict.lock")):
+        with exclusive_lock(self.locks / ".evict.lock"):
             entries = sorted(self._entries())
             total = sum(size for _, size, _ in entries)
             if total + incoming <= self.limit_bytes:

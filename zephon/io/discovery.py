@@ -76,9 +76,10 @@ def _catalog(fmt, names, ids, counts, sizes, raw, versions, from_index) -> Catal
 
 def discover(dataset: str, location: Location, fmt: str | None, res: Resources,
              max_workers: int = 8) -> Catalog:
-    location.check_root()
     where = f"dataset {dataset!r} at {location.display()}"
     doc = read_index(location, dataset)
+    if doc is None:  # an index proves the root exists; on object stores this saves round trips
+        location.check_root()
     listing: list[ObjectInfo] | None = None
     if fmt is None:
         detected = detect_from_index(doc) if doc is not None else None

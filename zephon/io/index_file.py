@@ -48,7 +48,7 @@ def read_index(location: Location, dataset: str | None = None) -> dict[str, Any]
     """The parsed index.json at the root, or None when there is none."""
     try:
         raw = location.read_bytes(INDEX_NAME)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no root, or a root that is a file
         return None
     try:
         doc = json.loads(raw)

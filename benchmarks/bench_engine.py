@@ -98,7 +98,8 @@ def _drain(pipeline) -> tuple[int, int, float, float]:
 # -- the measurements ---------------------------------------------------------------------------
 
 
-def scaling(workers: int, records: int = 3000) -> float:
+def scaling(workers: int, records: int = 12_000) -> float:
+    # ~2.5 s on one worker: long enough that start-up and the last micro-batches do not weigh
     p = (Pipeline(TinySource(records, chunk=500)).map_transform(busy).batch(10)
          .options(num_workers=workers, micro_batch_size=50))
     _, n, wall, _ = _drain(p)
@@ -110,7 +111,7 @@ def _busy_many(n: int) -> None:
         busy({})
 
 
-def machine_scaling(records: int = 3000) -> float:
+def machine_scaling(records: int = 12_000) -> float:
     """The same work split over two bare processes against one: what the machine allows right
     now (on a shared machine, other load caps every scaling figure)."""
     with multiprocessing.get_context("spawn").Pool(2) as pool:

@@ -165,3 +165,69 @@ def test_nested_and_list_columns(tmp_path):
     (tmp_path / "n.parquet").rename(tmp_path / "d" / "n.parquet")
     ds = Dataset.from_path("pq", tmp_path / "d")
     assert ds.read_table(0, [1, 0]).to_pylist() == recs[::-1]
+
+
+def _decodes_by_thread(monkeypatch) -> list[tuple[int, str]]:
+    import threading
+
+    decoded: list[tuple[int, str]] = []
+    real = pq.ParquetFile.read_row_group
+
+    def spy(self, i, **kw):
+        decoded.append((i, threading.current_thread().name))
+        return real(self, i, **kw)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", spy)
+    return decoded
+
+
+def _settle() -> None:
+    """Wait for the shard readers' read-ahead decodes."""
+    from zephon.io import read_ahead
+
+    read_ahead.submit(lambda: None).result()  # the thread works in order: after the others
+
+
+def test_forward_reads_decode_the_next_row_groups_ahead(tmp_path, shards, monkeypatch):
+    decoded = _decodes_by_thread(monkeypatch)
+    ds = Dataset.from_path("pq", tmp_path / "d")
+    got = []
+    for a in range(0, 95, 7):  # small forward reads, as a sequential pointer stream makes them
+        got += ds.read_table(1, np.arange(a, min(a + 7, 95))).to_pylist()
+    _settle()
+    assert got == shards[1]
+    assert sorted(i for i, _ in decoded) == list(range(10))  # still each row group once
+    ahead = [i for i, name in decoded if name.startswith("zephon-read-ahead")]
+    assert len(ahead) >= 5  # most row groups were decoded before the reader asked for them
+
+
+def test_no_read_ahead_for_scattered_reads_or_when_disabled(tmp_path, shards, monkeypatch):
+    from zephon.io import read_ahead
+
+    decoded = _decodes_by_thread(monkeypatch)
+    ds = Dataset.from_path("pq", tmp_path / "d")
+    for row in (50, 5, 90, 20):  # jumps around: no guessing
+        ds.read_table(0, [row])
+    monkeypatch.setattr(read_ahead, "enabled", False)  # as in a worker process
+    for a in range(0, 95, 10):
+        ds.read_table(2, np.arange(a, min(a + 10, 95)))
+    _settle()
+    assert all(name == "MainThread" for _, name in decoded)
+
+
+def test_a_read_ahead_failure_surfaces_on_the_read_that_wants_it(tmp_path):
+    path = write_parquet(tmp_path / "d" / "x.parquet",
+                         [{"v": f"payload-{i}" * 20} for i in range(40)], row_group_size=10)
+    meta = pq.read_metadata(path)
+    col = meta.row_group(2).column(0)
+    start = col.dictionary_page_offset or col.data_page_offset
+    data = bytearray(path.read_bytes())
+    data[start: start + col.total_compressed_size] = b"\x07" * col.total_compressed_size
+    path.write_bytes(bytes(data))
+    ds = Dataset.from_path("pq", tmp_path / "d")
+    assert ds.read_table(0, np.arange(0, 10)).num_rows == 10
+    assert ds.read_table(0, np.arange(10, 20)).num_rows == 10  # row group 2 tried ahead: fails
+    _settle()
+    with pytest.raises(DataError) as e:
+        ds.read_table(0, np.arange(20, 25))
+    assert e.value.row == 21 and "x.parquet" in str(e.value)

@@ -30,6 +30,7 @@ import numpy as np
 from zephon.arrow_memory import use_decode_pool
 from zephon.engine import cleanup, metrics, shm, wire
 from zephon.engine.lane import apply_ops
+from zephon.io import read_ahead
 from zephon.ops.base import OpContext, StageInfo
 from zephon.ops.errors import ZephonError
 
@@ -69,6 +70,7 @@ def worker_main(conn, spec: dict) -> None:
     # every worker (the tokenizers' Rust pool) would oversubscribe the machine N-fold
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("RAYON_NUM_THREADS", "1")
+    read_ahead.disable()  # likewise: no decoding thread beside the worker's own
     try:
         use_decode_pool()
         ops = cloudpickle.loads(spec["ops"])

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -22,10 +23,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephon.block import take_table
+from zephon.io import read_ahead
 from zephon.io.errors import DataError
 from zephon.io.local_copy import Resources, ShardRef, cached_parquet, local_parquet
 
 __all__ = ["ParquetShardReader", "RowGroupCache", "row_group_cache"]
+
+READ_AHEAD = 2  # row groups decoded ahead of a forward-moving reader (see read_ahead.py)
 
 
 class RowGroupCache:
@@ -60,6 +64,10 @@ class RowGroupCache:
                 _, old = self._items.popitem(last=False)
                 self._bytes -= old.nbytes
 
+    def __contains__(self, key: tuple) -> bool:  # no hit/miss counted, no recency change
+        with self._lock:
+            return key in self._items
+
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
@@ -92,6 +100,8 @@ class ParquetShardReader:
         self._cache = row_group_cache(limit) if limit > 0 else None
         self._remote_file: Any = None
         self._fetched = 0
+        self._ahead: dict[tuple, Future] = {}  # cache key -> its decode on the read-ahead thread
+        self._last_group = -2  # highest row group of the previous read: is it sequential?
         self._open()
         meta = self._file.metadata
         counts = np.array([meta.row_group(i).num_rows for i in range(meta.num_row_groups)],
@@ -186,13 +196,52 @@ class ParquetShardReader:
             if t is not None:
                 found[g] = t
         missing = [g for g in groups.tolist() if g not in found]
+        if self._ahead:
+            found.update(self._take_ahead(missing, key_cols))
+            missing = [g for g in missing if g not in found]
         if missing:
             with self._lock:
                 decoded = self._decode(missing, columns)
             for g, t in zip(missing, decoded):
                 self._cache.put((self.ref.location.url, self.ref.name, g, key_cols), t)
                 found[g] = t
+        self._read_ahead(int(groups[-1]), columns, key_cols)
         return [found[g] for g in groups.tolist()]
+
+    def _take_ahead(self, missing: list[int], key_cols) -> dict[int, pa.Table]:
+        """The missing row groups that the read-ahead thread decoded or is decoding."""
+        out: dict[int, pa.Table] = {}
+        for g in missing:
+            fut = self._ahead.pop((self.ref.location.url, self.ref.name, g, key_cols), None)
+            if fut is None:
+                continue
+            try:
+                out[g] = fut.result()
+            except Exception:  # decoded again by the caller, which reports its error properly
+                pass
+        return out
+
+    def _read_ahead(self, last: int, columns: list[str] | None, key_cols) -> None:
+        """Keep the next ``READ_AHEAD`` row groups decoding while reads move forward through a
+        local shard (remote reads fetch only what is asked)."""
+        forward = last in (self._last_group, self._last_group + 1)
+        self._last_group = last
+        if not forward or not self._local or not read_ahead.enabled or self._cache is None:
+            return
+        for nxt in range(last + 1, min(last + 1 + READ_AHEAD, len(self.rg_starts) - 1)):
+            key = (self.ref.location.url, self.ref.name, nxt, key_cols)
+            if key not in self._ahead and key not in self._cache:
+                self._ahead[key] = read_ahead.submit(self._decode_into_cache, nxt, columns, key)
+        # finished decodes the reader has passed by are in the cache already; a running one
+        # stays listed, so a read that wants its row group waits for it instead of decoding again
+        for key in [k for k, f in self._ahead.items() if k[2] <= last and f.done()]:
+            del self._ahead[key]
+
+    def _decode_into_cache(self, group: int, columns: list[str] | None, key: tuple) -> pa.Table:
+        with self._lock:
+            table = self._decode([group], columns)[0]
+        self._cache.put(key, table)
+        return table
 
     def read_table(self, rows: np.ndarray, columns: list[str] | None = None) -> pa.Table:
         rows = np.asarray(rows, dtype=np.int64).ravel()

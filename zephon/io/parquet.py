@@ -101,7 +101,8 @@ class ParquetShardReader:
         self._remote_file: Any = None
         self._fetched = 0
         self._ahead: dict[tuple, Future] = {}  # cache key -> its decode on the read-ahead thread
-        self._last_group = -2  # highest row group of the previous read: is it sequential?
+        # highest row group of the previous read (a first read of row group 0 moves forward)
+        self._last_group = -1
         self._open()
         meta = self._file.metadata
         counts = np.array([meta.row_group(i).num_rows for i in range(meta.num_row_groups)],

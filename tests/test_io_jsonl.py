@@ -345,7 +345,7 @@ def test_string_records_projection_and_present_everywhere(tmp_path):
 
 def test_read_with_one_other_value_takes_the_general_path(tmp_path, monkeypatch):
     recs = _string_records(10)
-    recs[4]["n"] = 4
+    recs[4]["n"] = [4]
     write_jsonl(tmp_path / "d" / "a.jsonl", recs)
     rows = np.arange(10)
     fast = Dataset.from_path("x", tmp_path / "d").read_table(0, rows)
@@ -394,3 +394,168 @@ def test_string_columns_in_the_general_paths_order(tmp_path, monkeypatch, rows):
     general = Dataset.from_path("x", tmp_path / "d").read_table(0, rows)
     assert fast.column_names == general.column_names
     assert fast.equals(general) and fast.schema.metadata == general.schema.metadata
+
+
+# -- flat scalar records: numbers, booleans and nulls typed the way Arrow's reader types them ----
+
+def _outcome(ds, rows):
+    """A read's table, or the type of the error it raised."""
+    try:
+        return ds.read_table(0, rows)
+    except (NotColumnar, DataError) as e:
+        return type(e)
+
+
+def _fast_and_general(root, monkeypatch, body: bytes, rows) -> tuple[object, object, bool]:
+    """The read of ``rows`` with the flat records path allowed and with the general path only,
+    and whether the flat records path made the first one."""
+    from zephon.io.jsonl import JsonlShardReader
+
+    root.mkdir(parents=True)
+    (root / "a.jsonl").write_bytes(body)
+    taken = []
+    real = JsonlShardReader._read_flat
+
+    def spy(self, r):
+        table = real(self, r)
+        taken.append(table is not None)
+        return table
+
+    with monkeypatch.context() as m:
+        m.setattr(JsonlShardReader, "_read_flat", spy)
+        fast = _outcome(Dataset.from_path("x", root), rows)
+    with monkeypatch.context() as m:
+        m.setattr(JsonlShardReader, "_read_flat", lambda self, r: None)
+        general = _outcome(Dataset.from_path("x", root), rows)
+    return fast, general, any(taken)
+
+
+def _assert_identical(fast, general) -> None:
+    if isinstance(fast, type) or isinstance(general, type):
+        assert fast == general
+        return
+    assert fast.schema == general.schema and fast.schema.metadata == general.schema.metadata
+    # values and nulls; repr tells -0.0 from 0.0 and any two doubles apart (and NaN equals NaN)
+    assert repr(fast.to_pylist()) == repr(general.to_pylist())
+
+
+def _lines(*recs: str) -> bytes:
+    return "".join(r + "\n" for r in recs).encode()
+
+
+def test_s3_shape_records_skip_arrows_parser_and_match_it(tmp_path, monkeypatch):
+    import pyarrow.json as pj
+
+    rng = np.random.default_rng(0)
+    recs = [{"id": i, "url": f"https://example.com/{i}", "text": "w " * int(rng.integers(0, 50)),
+             "score": float(rng.random())} for i in range(50)]
+    write_jsonl(tmp_path / "d" / "a.jsonl", recs)
+    calls = []
+    real = pj.read_json
+    monkeypatch.setattr(pj, "read_json", lambda *a, **k: calls.append(1) or real(*a, **k))
+    rows = np.array([49, 3, 3, 0, 17], dtype=np.int64)
+    fast = Dataset.from_path("x", tmp_path / "d").read_table(0, rows)
+    assert calls == [] and fast.to_pylist() == [recs[i] for i in rows]
+    assert fast.schema.types == [pa.int64(), pa.string(), pa.string(), pa.float64()]
+    _general_only(monkeypatch)
+    _assert_identical(fast, Dataset.from_path("x", tmp_path / "d").read_table(0, rows))
+
+
+@pytest.mark.parametrize("body, types", [
+    (_lines('{"a": 1, "b": 1.5}', '{"a": -0, "b": 2}', '{"b": -0.0, "a": 7}'),
+     [pa.int64(), pa.float64()]),
+    (_lines('{"n": 9007199254740992}', '{"n": 0.5}', '{"n": 1E+2}', '{"n": 1e-400}'),
+     [pa.float64()]),
+    (_lines('{"x": 0.1, "y": 4.9e-324}', '{"x": 0.30000000000000004, "y": 2.2250738585072011e-308}',
+            '{"x": 123456789012345678901234567890.5, "y": 1.7976931348623157e200}'),
+     [pa.float64(), pa.float64()]),
+    (_lines('{"i": 9223372036854775807}', '{"i": -9223372036854775808}'), [pa.int64()]),
+    (_lines('{"t": true, "n": null, "s": "x"}', '{"t": false, "n": null, "s": null}',
+            '{"t": null, "n": null, "s": "y"}'), [pa.bool_(), pa.null(), pa.string()]),
+    (_lines('{"a": 1}', '{"b": 2.5}', '{"a": 3, "c": true}', '{}'),
+     [pa.int64(), pa.float64(), pa.bool_()]),
+    (_lines('{"d": "2020-01-01", "k": 1}', '{"d": null, "k": null}'), [pa.string(), pa.int64()]),
+])
+def test_scalar_records_take_the_flat_path_and_match_the_general_one(tmp_path, monkeypatch, body,
+                                                                      types):
+    n = body.count(b"\n")
+    for i, rows in enumerate([np.arange(n), np.arange(n)[::-1], np.array([n - 1, 0, n - 1, 0])]):
+        fast, general, taken = _fast_and_general(tmp_path / str(i), monkeypatch, body, rows)
+        assert taken and not isinstance(fast, type)
+        if len(set(rows.tolist())) == n:
+            assert fast.schema.types == types
+        _assert_identical(fast, general)
+
+
+@pytest.mark.parametrize("body", [
+    _lines('{"a": 1}', '{"a": "one"}'),  # Arrow: changed from number to string
+    _lines('{"a": 1}', '{"a": true}'),
+    _lines('{"a": "x"}', '{"a": false}'),
+    _lines('{"a": 1}', '{"a": null}', '{}'),  # absent keys and nulls in one column
+    _lines('{"a": null}', '{"b": 1}'),
+    _lines('{"a": 9223372036854775808}', '{"a": 1}'),  # Arrow types this column double
+    _lines('{"a": 9007199254740993}', '{"a": 0.5}'),  # a double that rounds an int
+    _lines('{"a": 1e400}'), _lines('{"a": 1e250}'), _lines('{"a": NaN}'), _lines('{"a": Infinity}'),
+    _lines('{"a": 01}'), _lines('{"a": +1}'), _lines('{"a": 1.}'), _lines('{"a": tru}'),
+    _lines('{"a": 1, "a": 2}'), _lines('{"a": 1}', '{"a": [1]}'), _lines('{"a": {"b": 1}}'),
+])
+def test_other_scalar_mixes_are_left_to_the_general_path(tmp_path, monkeypatch, body):
+    n = body.count(b"\n")
+    fast, general, taken = _fast_and_general(tmp_path / "d", monkeypatch, body, np.arange(n))
+    assert not taken
+    _assert_identical(fast, general)
+
+
+@pytest.mark.parametrize("body, line", [
+    (_lines('{"a": 1}', '{"a": 01}'), 2), (_lines('{"a": 1.5}', '', '{"a": -}'), 3),
+    (_lines('{"a": true}', '{"a": tru}'), 2),
+])
+def test_scalar_shard_errors_name_the_line(tmp_path, body, line):
+    ds = _bad_shard(tmp_path, body)
+    with pytest.raises(DataError, match="malformed") as e:
+        ds.read_table(0, np.arange(2))
+    assert e.value.line == line
+
+
+_FLOATS = ["0.5", "-0.0", "0.1", "1E+2", "1e-400", "4.9e-324", "2.5e-7", "1.7976931348623157e200",
+           "123456789.123456789123456789", "1e200", "-1.5e-310", "0.30000000000000004"]
+_INTS = ["0", "-0", "17", "-1", "9007199254740992", "9007199254740993", "9223372036854775807",
+         "-9223372036854775808", "9223372036854775808"]
+_STRINGS = ['""', '"x"', '"2020-01-01"', '"\\u00e9\\n"', '"1"']
+_KINDS = {"int": _INTS, "float": _FLOATS, "str": _STRINGS, "bool": ["true", "false"],
+          "null": ["null"]}
+
+
+def _random_shard(rng) -> bytes:
+    """Flat records over a few keys; each key draws from one to three kinds of values, so most
+    shards stay within what the flat path takes and some mix kinds Arrow cannot."""
+    names = list(_KINDS)
+    palette = {key: rng.choice(names, size=int(rng.choice([1, 1, 2, 2, 3])), replace=False)
+               for key in ("a", "b", "c", "d")}
+    lines = []
+    for _ in range(int(rng.integers(1, 9))):
+        members = []
+        for key in rng.permutation(list(palette)):
+            if rng.random() < 0.8:
+                pool = _KINDS[rng.choice(palette[key])]
+                members.append(f'"{key}": {pool[int(rng.integers(len(pool)))]}')
+        lines.append("{" + ", ".join(members) + "}")
+    return _lines(*lines)
+
+
+def test_flat_path_matches_the_general_path_on_random_records(tmp_path, monkeypatch):
+    rng = np.random.default_rng(20240611)
+    taken_count = 0
+    for trial in range(300):
+        body = _random_shard(rng)
+        n = body.count(b"\n")
+        rows = rng.integers(0, n, size=int(rng.integers(1, 2 * n + 1)))
+        if rng.random() < 0.3:
+            rows = np.unique(rows)
+        fast, general, taken = _fast_and_general(tmp_path / str(trial), monkeypatch, body, rows)
+        taken_count += taken
+        try:
+            _assert_identical(fast, general)
+        except AssertionError:
+            raise AssertionError(f"rows {rows.tolist()} of\n{body.decode()}") from None
+    assert taken_count > 60  # the comparison covered the flat path, not only its refusals

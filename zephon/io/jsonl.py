@@ -1,9 +1,9 @@
 """JSONL shards: random access through a line index, parsed by a kernel or Arrow's JSON reader.
 
-Flat records of string values (the usual ``{"text": ..., "id": ..., "source": ...}``) are
+Flat records of scalar values (the usual ``{"id": 17, "text": ..., "score": 0.53}``) are
 decoded by the ``lineindex_records`` kernel straight from the memory map, in the requested
-order, with no copy of the lines and no type inference. Any other read, or one that kernel
-rejects, gathers the requested lines' byte spans (the ``lineindex`` kernel copies them out of a
+order, with no copy of the lines, and typed by ``flat_record_table`` as Arrow would. Any other
+read, or one they decline, gathers the requested lines' byte spans (the ``lineindex`` kernel copies them out of a
 memory map; remote ``ranges`` mode fetches each run of consecutive lines with one ranged GET),
 parses them with ``pyarrow.json`` in one call and reorders with ``take``. When Arrow rejects
 the lines (types that change between records, a line that is not an object, broken JSON) the
@@ -29,7 +29,7 @@ from zephon.io.lines import compression_of
 from zephon.io.local_copy import Resources, ShardRef, local_jsonl, remote_jsonl_index
 from zephon.io.records import (
     arrow_member_counts,
-    flat_string_table,
+    flat_record_table,
     has_nested_objects,
     has_nulls,
     table_from_dicts,
@@ -48,7 +48,7 @@ class JsonlShardReader:
         self.ref = ref
         self._arrow_wins = 0  # reads Arrow parsed / reads it rejected: when rejections
         self._arrow_losses = 0  # dominate, the shard's records are heterogeneous
-        self._flat_wins = 0  # the same for the flat string kernel: when it keeps rejecting,
+        self._flat_wins = 0  # the same for the flat records kernel: when it keeps rejecting,
         self._flat_losses = 0  # the shard's records have other values
         remote = not ref.location.is_local
         self._ranges = (remote and res.store.remote_reads == "ranges"
@@ -188,7 +188,8 @@ class JsonlShardReader:
         return sparse
 
     def _read_flat(self, rows: np.ndarray) -> pa.Table | None:
-        """The rows (any order, repeats allowed) when all are flat string-valued objects."""
+        """The rows (any order, repeats allowed) when all are flat objects of scalar values
+        that ``flat_record_table`` can type exactly as the general path would."""
         if self._flat_losses >= 2 and self._flat_wins < self._flat_losses:
             return None
         if self._ranges:
@@ -199,15 +200,15 @@ class JsonlShardReader:
         # decoded values fit in the spans' size; Arrow's pool, unlike malloc, keeps such
         # megabyte buffers mapped between reads instead of faulting fresh pages every time
         scratch = pa.allocate_buffer(int((ends - starts).sum()))
-        parsed = kernel("lineindex_records").flat_strings(
+        parsed = kernel("lineindex_records").flat_records(
             src, starts, ends, np.frombuffer(scratch, dtype=np.uint8))
         table = None
         if parsed is not None:
-            keys, values, vstart, vend = parsed
+            keys, values, vstart, vend, kinds, ints = parsed
             order = _column_order(rows, vstart, vend)
             if order is not None:
-                table = flat_string_table([keys[j] for j in order], values, vstart[order],
-                                          vend[order])
+                table = flat_record_table([keys[j] for j in order], values, vstart[order],
+                                          vend[order], kinds[order], ints[order])
         if table is None:
             self._flat_losses += 1
         else:
@@ -260,7 +261,8 @@ class JsonlShardReader:
 def _column_order(rows: np.ndarray, vstart: np.ndarray, vend: np.ndarray) -> np.ndarray | None:
     """Key order of the general path, which parses the unique rows ascending: by the first row
     holding the key, then by member position in that record. Values are laid out in member
-    order, so (start, end) gives it, except between empty values side by side: None."""
+    order (numbers and literals as written, so never empty), so (start, end) gives it, except
+    between empty strings side by side: None."""
     k = len(vstart)
     if k < 2 or len(rows) < 2 or (np.diff(rows) > 0).all():
         return np.arange(k)  # the kernel's first-appearance order already is that

@@ -11,8 +11,9 @@ Readers here only return a table when that convention reproduces every record ex
 - a column holding both, or an absent key inside a nested object: ``NotColumnar`` (callers
   then use ``read_payloads``, which returns the exact dicts).
 
-Flat records whose values are all strings skip all that: ``flat_string_table`` builds their
-table from the ``lineindex_records`` kernel's decoded values, where every null is an absent key.
+Flat records of scalar values skip all that: ``flat_record_table`` builds their table from the
+``lineindex_records`` kernel's decoded values with Arrow's JSON typing rules, and declines
+(None) whatever it cannot reproduce exactly.
 
 Member counts prove the nested case: the colons outside strings in a JSON line (the
 ``lineindex`` kernel) equal the members Arrow materialised for that row unless a nested key
@@ -26,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from zephon._ext import kernel
 from zephon.block import NotColumnar
@@ -33,7 +35,7 @@ from zephon.block import NotColumnar
 __all__ = [
     "SPARSE_KEY",
     "arrow_member_counts",
-    "flat_string_table",
+    "flat_record_table",
     "has_nested_objects",
     "has_nulls",
     "payloads_from_table",
@@ -53,35 +55,93 @@ def with_sparse(table: pa.Table, columns: Sequence[str]) -> pa.Table:
     return table.replace_schema_metadata(md)
 
 
-def flat_string_table(keys: list[bytes], values: np.ndarray, vstart: np.ndarray,
-                      vend: np.ndarray) -> pa.Table | None:
-    """String columns from ``lineindex_records.flat_strings``: a record without a key gets a
-    null there, listed as sparse. None when there is no column (the general reader knows the
-    row count of a table without columns) or a column outgrows 32-bit offsets (Arrow's reader
-    would split it into chunks)."""
+def flat_record_table(keys: list[bytes], values: np.ndarray, vstart: np.ndarray,
+                      vend: np.ndarray, kinds: np.ndarray, ints: np.ndarray) -> pa.Table | None:
+    """The table ``pyarrow.json`` (plus the sparse marking of ``JsonlShardReader``) makes of
+    the records ``lineindex_records.flat_records`` decoded, or None where that is not certain.
+    None too when there is no column (the general reader knows the row count of a table
+    without columns)."""
     if not keys:
         return None
-    gather = kernel("lineindex").gather_spans
-    n = vstart.shape[1]
+    k = kernel("lineindex_records")
     arrays, sparse = [], []
     for j in range(len(keys)):
-        starts, ends = vstart[j], vend[j]
-        present = starts >= 0
-        absent = n - int(np.count_nonzero(present))
-        if absent:
-            starts, ends = np.where(present, starts, 0), np.where(present, ends, 0)
-        size = int((ends - starts).sum())
-        if size > np.iinfo(np.int32).max:
+        counts = np.bincount(kinds[j], minlength=k.KIND_NULL + 1)
+        if counts[k.KIND_ABSENT] and counts[k.KIND_NULL]:
+            return None  # absent keys and nulls in one column: the general path says NotColumnar
+        arr = _typed_column(k, counts, values, vstart[j], vend[j], kinds[j], ints[j])
+        if arr is None:
             return None
-        data = pa.allocate_buffer(size)  # Arrow's pool recycles pages; see gather_spans
-        _, offsets = gather(values, starts, ends, np.frombuffer(data, dtype=np.uint8))
-        validity = pa.py_buffer(np.packbits(present, bitorder="little")) if absent else None
-        arrays.append(pa.StringArray.from_buffers(
-            n, pa.py_buffer(offsets.astype(np.int32)), data, validity, absent))
-        if absent:
+        arrays.append(arr)
+        if counts[k.KIND_ABSENT]:
             sparse.append(keys[j].decode())
-    table = pa.Table.from_arrays(arrays, names=[k.decode() for k in keys])
+    table = pa.Table.from_arrays(arrays, names=[key.decode() for key in keys])
     return with_sparse(table, sparse)
+
+
+def _typed_column(k, counts: np.ndarray, values: np.ndarray, starts: np.ndarray,
+                  ends: np.ndarray, kinds: np.ndarray, ints: np.ndarray) -> pa.Array | None:
+    """One column the way Arrow's JSON reader types it: null alone -> null; strings -> string;
+    integers alone -> int64; integers and other numbers -> double; booleans -> bool; nulls in
+    any of those -> validity. Other mixes make Arrow fail or guess: None."""
+    n = len(kinds)
+    valid = (kinds != k.KIND_ABSENT) & (kinds != k.KIND_NULL)
+    present = {kind for kind in (k.KIND_STRING, k.KIND_INT, k.KIND_FLOAT, k.KIND_TRUE,
+                                 k.KIND_FALSE) if counts[kind]}
+    if not present:
+        return pa.nulls(n)
+    if present == {k.KIND_STRING}:
+        return _string_column(values, starts, ends, valid)
+    if present == {k.KIND_INT}:
+        return pa.Array.from_buffers(pa.int64(), n, [_validity(valid),
+                                                    pa.py_buffer(np.ascontiguousarray(ints))],
+                                     n - int(np.count_nonzero(valid)))
+    if present <= {k.KIND_INT, k.KIND_FLOAT}:
+        return _double_column(k, values, starts, ends, valid, kinds, ints)
+    if present <= {k.KIND_TRUE, k.KIND_FALSE}:
+        bits = pa.py_buffer(np.packbits(kinds == k.KIND_TRUE, bitorder="little"))
+        return pa.Array.from_buffers(pa.bool_(), n, [_validity(valid), bits],
+                                     n - int(np.count_nonzero(valid)))
+    return None
+
+
+def _validity(valid: np.ndarray) -> pa.Buffer | None:
+    return None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+
+
+def _string_column(values: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                   valid: np.ndarray) -> pa.Array | None:
+    """The values' bytes as a string array, null where not ``valid``; None past 32-bit offsets
+    (Arrow's reader would split such a column into chunks)."""
+    n = len(valid)
+    nulls = n - int(np.count_nonzero(valid))
+    if nulls:
+        starts, ends = np.where(valid, starts, 0), np.where(valid, ends, 0)
+    size = int((ends - starts).sum())
+    if size > np.iinfo(np.int32).max:
+        return None
+    data = pa.allocate_buffer(size)  # Arrow's pool recycles pages; see gather_spans
+    _, offsets = kernel("lineindex").gather_spans(values, starts, ends,
+                                                  np.frombuffer(data, dtype=np.uint8))
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets.astype(np.int32)), data,
+                                       _validity(valid), nulls)
+
+
+def _double_column(k, values: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                   valid: np.ndarray, kinds: np.ndarray, ints: np.ndarray) -> pa.Array | None:
+    """Numbers typed double: Arrow's reader converts each number's text with the parser its
+    string-to-double cast uses, so the cast of the same texts gives the same doubles. Integers
+    past 2**53 are left to the general path (its per-record fallback refuses to round them)."""
+    big = (ints < -2**53) | (ints > 2**53)  # np.abs would overflow on -2**63
+    if (big & (kinds == k.KIND_INT)).any():
+        return None
+    texts = _string_column(values, starts, ends, valid)
+    if texts is None:
+        return None
+    try:
+        return pc.cast(texts, pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
 
 
 def sparse_columns(table: pa.Table) -> frozenset[str]:

@@ -135,7 +135,8 @@ def test_corrupt_footer_after_discovery(tmp_path, shards):
         ds.read_table(2, [0])
 
 
-def test_corrupt_row_group_names_its_first_row(tmp_path):
+def _corrupt_row_group_2(tmp_path) -> None:
+    """x.parquet: 40 rows in row groups of 10; the third one's column chunk overwritten."""
     path = write_parquet(tmp_path / "d" / "x.parquet",
                          [{"v": f"payload-{i}" * 20} for i in range(40)], row_group_size=10)
     meta = pq.read_metadata(path)
@@ -144,6 +145,10 @@ def test_corrupt_row_group_names_its_first_row(tmp_path):
     data = bytearray(path.read_bytes())
     data[start: start + col.total_compressed_size] = b"\x07" * col.total_compressed_size
     path.write_bytes(bytes(data))
+
+
+def test_corrupt_row_group_names_its_first_row(tmp_path):
+    _corrupt_row_group_2(tmp_path)
     ds = Dataset.from_path("pq", tmp_path / "d")
     assert ds.read_table(0, [0]).num_rows == 1
     with pytest.raises(DataError) as e:
@@ -216,14 +221,7 @@ def test_no_read_ahead_for_scattered_reads_or_when_disabled(tmp_path, shards, mo
 
 
 def test_a_read_ahead_failure_surfaces_on_the_read_that_wants_it(tmp_path):
-    path = write_parquet(tmp_path / "d" / "x.parquet",
-                         [{"v": f"payload-{i}" * 20} for i in range(40)], row_group_size=10)
-    meta = pq.read_metadata(path)
-    col = meta.row_group(2).column(0)
-    start = col.dictionary_page_offset or col.data_page_offset
-    data = bytearray(path.read_bytes())
-    data[start: start + col.total_compressed_size] = b"\x07" * col.total_compressed_size
-    path.write_bytes(bytes(data))
+    _corrupt_row_group_2(tmp_path)
     ds = Dataset.from_path("pq", tmp_path / "d")
     assert ds.read_table(0, np.arange(0, 10)).num_rows == 10
     assert ds.read_table(0, np.arange(10, 20)).num_rows == 10  # row group 2 tried ahead: fails

@@ -8,6 +8,7 @@ copy (see cache.py for the locking).
 
 from __future__ import annotations
 
+import io
 import os
 import threading
 import time
@@ -124,8 +125,16 @@ def missing_as_shard_error(ref: ShardRef) -> Iterator[None]:
         raise ref.missing(e) from e
 
 
+# Remote shards up to this size are fetched with one whole-object GET (``cat_file``) and then
+# written and indexed from memory: fsspec's buffered file, read block by block, spent about as
+# much CPU again as the same GET (its read-ahead cache, range bookkeeping and more requests).
+WHOLE_GET_BYTES = 64 << 20
+
+
 def _open_source(ref: ShardRef) -> Any:
     try:
+        if not ref.location.is_local and 0 < (ref.size or 0) <= WHOLE_GET_BYTES:
+            return io.BytesIO(ref.location.read_bytes(ref.name))
         return ref.location.open(ref.name, "rb")
     except FileNotFoundError as e:
         raise ref.missing(e) from e

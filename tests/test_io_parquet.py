@@ -190,7 +190,7 @@ def _settle() -> None:
     """Wait for the shard readers' read-ahead decodes."""
     from zephon.io import read_ahead
 
-    read_ahead.submit(lambda: None).result()  # the thread works in order: after the others
+    read_ahead.drain()
 
 
 def test_forward_reads_decode_the_next_row_groups_ahead(tmp_path, shards, monkeypatch):
@@ -229,3 +229,36 @@ def test_a_read_ahead_failure_surfaces_on_the_read_that_wants_it(tmp_path):
     with pytest.raises(DataError) as e:
         ds.read_table(0, np.arange(20, 25))
     assert e.value.row == 21 and "x.parquet" in str(e.value)
+
+
+def test_a_hint_decodes_where_the_next_reads_start(tmp_path, shards, monkeypatch):
+    decoded = _decodes_by_thread(monkeypatch)
+    ds = Dataset.from_path("pq", tmp_path / "d")
+    ds.read_ahead(2, np.arange(41, 60))  # the next block will read these rows of shard 2
+    _settle()
+    assert sorted(i for i, _ in decoded) == [4, 5]  # its first row group and the next
+    assert all(name.startswith("zephon-read-ahead") for _, name in decoded)
+    assert ds.read_table(2, np.arange(41, 60)).to_pylist() == shards[2][41:60]
+    assert len(decoded) == 2  # the read found both decoded
+
+
+def test_the_inline_engine_hints_the_next_block(tmp_path, shards, monkeypatch):
+    from zephon import Pipeline
+    from zephon.io import read_ahead
+    from zephon.work import MixtureSpec, StaticMixtureWorkSource
+
+    def stream() -> list[dict]:
+        row_group_cache().clear()
+        ds = Dataset.from_path("pq", tmp_path / "d")
+        ws = StaticMixtureWorkSource([ds], MixtureSpec({"pq": 1.0}), seed=0, chunk_size=95)
+        p = Pipeline(ws).batch(10).options(num_workers=0, micro_batch_size=20)
+        return [r.payload for b in p for r in b]
+
+    decoded = _decodes_by_thread(monkeypatch)
+    hinted = stream()
+    on_main = [i for i, name in decoded if name == "MainThread"]
+    # only the first block's two row groups (20 rows of 10-row groups) were decoded on the
+    # caller's thread; the 28 others ahead, on hints and forward reads
+    assert len(on_main) <= 2 and len(decoded) >= 30
+    monkeypatch.setattr(read_ahead, "enabled", False)
+    assert hinted == stream()  # the same records in the same order

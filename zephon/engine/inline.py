@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 from zephon.engine.lane import held_by_op, prepare, round_robin
 from zephon.engine.lane_plan import LanePlan
+from zephon.io import read_ahead
 from zephon.ops.base import OpContext, StageInfo
 
 
@@ -23,8 +24,17 @@ class InlineEngine:
 
     def _prepared(self, lane: int) -> Iterator:
         ops = self.lane_plan.plan.worker_ops
-        for block in self.lane_plan.pointer_blocks(lane):
+        blocks = iter(self.lane_plan.pointer_blocks(lane))
+        # one pointer block of look-ahead: fetch tells the datasets what the next block reads,
+        # so Parquet row groups decode on the read-ahead thread while this block is processed
+        hint = getattr(ops[0], "read_ahead", None) if ops and read_ahead.enabled else None
+        block = next(blocks, None)
+        while block is not None:
+            following = next(blocks, None)
+            if hint is not None and following is not None:
+                hint(following)
             yield prepare(ops, block)
+            block = following
 
     def __iter__(self) -> Iterator:
         return round_robin(self.runners)

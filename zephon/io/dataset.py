@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from zephon.io import read_ahead
 from zephon.io.discovery import Catalog, discover
 from zephon.io.jsonl import JsonlShardReader
 from zephon.io.lines import compression_of
@@ -249,6 +250,14 @@ class Dataset:
         """
         cols = None if columns is None else list(columns)
         return self._reader(shard_id).read_table(np.asarray(rows, dtype=np.int64), cols)
+
+    def read_ahead(self, shard_id: int, rows: np.ndarray) -> None:
+        """A hint that ``rows`` (ascending) of a shard are read next: Parquet shards start
+        decoding their first row groups on the read-ahead thread (``zephon/io/read_ahead.py``);
+        other formats ignore it. Never changes what a read returns."""
+        if self._fmt != "parquet" or self._memory is not None or not read_ahead.enabled:
+            return
+        self._reader(shard_id).read_ahead_rows(np.asarray(rows, dtype=np.int64))
 
     def read_payloads(self, shard_id: int, rows: np.ndarray | Sequence[int]) -> list:
         """Rows of one shard as fresh Python payloads (exact dicts for JSONL and Parquet)."""

@@ -100,6 +100,8 @@ class ParquetShardReader:
         self._cache = row_group_cache(limit) if limit > 0 else None
         self._remote_file: Any = None
         self._fetched = 0
+        self._thread_files = threading.local()  # read-ahead threads' own handles
+        self._path: str | None = None  # the local file, when there is one
         self._ahead: dict[tuple, Future] = {}  # cache key -> its decode on the read-ahead thread
         # highest row group of the previous read (a first read of row group 0 moves forward)
         self._last_group = -1
@@ -126,6 +128,7 @@ class ParquetShardReader:
             if path is not None:
                 self._file = pq.ParquetFile(path, memory_map=True)
                 self._local = True
+                self._path = path
                 return
             try:
                 self._remote_file = ref.location.open(ref.name, "rb", cache_type="none")
@@ -152,11 +155,13 @@ class ParquetShardReader:
             raise ValueError(f"dataset {self.ref.dataset!r}, shard {self.ref.display}: no "
                              f"column(s) {missing}; the shard has {self.columns}")
 
-    def _decode(self, groups: list[int], columns: list[str] | None) -> list[pa.Table]:
+    def _decode(self, groups: list[int], columns: list[str] | None,
+                file: pq.ParquetFile | None = None) -> list[pa.Table]:
         out = []
         for g in groups:  # one call per group: read_row_groups([...]) is several times slower
             try:
-                out.append(self._file.read_row_group(g, columns=columns, use_threads=False))
+                out.append((file or self._file).read_row_group(g, columns=columns,
+                                                               use_threads=False))
             except FileNotFoundError as e:
                 raise self.ref.missing(e) from e
             except (pa.ArrowInvalid, pa.ArrowIOError) as e:
@@ -182,6 +187,7 @@ class ParquetShardReader:
             self.close()
             self._file = pq.ParquetFile(path, memory_map=True)
             self._local = True
+            self._path = path
 
     def _groups(self, groups: np.ndarray, columns: list[str] | None) -> list[pa.Table]:
         key_cols = None if columns is None else tuple(columns)
@@ -227,20 +233,39 @@ class ParquetShardReader:
         local shard (remote reads fetch only what is asked)."""
         forward = last in (self._last_group, self._last_group + 1)
         self._last_group = last
-        if not forward or not self._local or not read_ahead.enabled or self._cache is None:
-            return
-        for nxt in range(last + 1, min(last + 1 + READ_AHEAD, len(self.rg_starts) - 1)):
-            key = (self.ref.location.url, self.ref.name, nxt, key_cols)
-            if key not in self._ahead and key not in self._cache:
-                self._ahead[key] = read_ahead.submit(self._decode_into_cache, nxt, columns, key)
+        if forward:
+            self._schedule(last + 1, columns, key_cols)
         # finished decodes the reader has passed by are in the cache already; a running one
         # stays listed, so a read that wants its row group waits for it instead of decoding again
         for key in [k for k, f in self._ahead.items() if k[2] <= last and f.done()]:
             del self._ahead[key]
 
+    def read_ahead_rows(self, rows: np.ndarray) -> None:
+        """A hint from the pointer stream: the next reads of this shard start at ``rows[0]``.
+        Start decoding the row groups from there, so that a read which moves to this shard
+        (or jumps inside it) finds them decoded too."""
+        if len(rows):
+            first = int(np.searchsorted(self.rg_starts, int(rows[0]), side="right")) - 1
+            self._schedule(first, None, None)
+
+    def _schedule(self, first: int, columns: list[str] | None, key_cols) -> None:
+        if not self._local or not read_ahead.enabled or self._cache is None:
+            return
+        for nxt in range(max(first, 0), min(first + READ_AHEAD, len(self.rg_starts) - 1)):
+            key = (self.ref.location.url, self.ref.name, nxt, key_cols)
+            if key not in self._ahead and key not in self._cache:
+                self._ahead[key] = read_ahead.submit(self._decode_into_cache, nxt, columns, key)
+
     def _decode_into_cache(self, group: int, columns: list[str] | None, key: tuple) -> pa.Table:
-        with self._lock:
-            table = self._decode([group], columns)[0]
+        """On a read-ahead thread: decode through a file handle of this thread's own (a
+        ``ParquetFile`` is not safe to share between threads, and one shared handle behind a
+        lock let one busy shard decode on only one thread)."""
+        handles = self._thread_files.__dict__
+        if handles.get("path") != self._path:
+            handles["file"] = pq.ParquetFile(self._path, memory_map=True,
+                                             metadata=self._file.metadata)
+            handles["path"] = self._path
+        table = self._decode([group], columns, handles["file"])[0]
         self._cache.put(key, table)
         return table
 

@@ -1,10 +1,15 @@
-"""One background thread per process that decodes what a sequential reader will want next.
+"""Background threads, per process, that decode what a reader will want next.
 
-Parquet decoding runs in Arrow's C++ without the GIL, so a row group decoded on this thread
-while the caller batches, maps or ships the previous one overlaps with that work on another
-core (a DataLoader reading whole files gets the same from Arrow's own threads). Readers submit
-at most one guess at a time and only while their accesses run forward; the guess lands in the
-row-group cache, so a wrong one costs a decode and nothing else.
+Parquet decoding runs in Arrow's C++ without the GIL, so a row group decoded here while the
+caller batches, maps or ships the previous one overlaps with that work on another core (a
+DataLoader reading whole files gets the same from Arrow's own threads). Two kinds of guesses
+come in: a shard reader moving forward asks for its next row groups, and the inline engine
+passes on which rows the next pointer block reads (``FetchOp.read_ahead``), so a read that
+moves to another shard finds its first row groups decoded too. Guesses land in the row-group
+cache: a wrong one costs a decode and nothing else.
+
+Two threads: the inline W1 benchmark reads two datasets at once, and one thread left the
+busier dataset's decodes queued behind the other's.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+
+THREADS = 2
 
 _lock = threading.Lock()
 _pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid that made it, pool)
@@ -27,9 +34,19 @@ def disable() -> None:
 
 
 def submit(fn: Callable, *args) -> Future:
-    """Run ``fn(*args)`` on this process's read-ahead thread (made anew after a fork)."""
+    """Run ``fn(*args)`` on this process's read-ahead threads (made anew after a fork)."""
     global _pool
     with _lock:
         if _pool is None or _pool[0] != os.getpid():
-            _pool = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="zephon-read-ahead"))
+            _pool = (os.getpid(),
+                     ThreadPoolExecutor(THREADS, thread_name_prefix="zephon-read-ahead"))
         return _pool[1].submit(fn, *args)
+
+
+def drain() -> None:
+    """Wait for every decode in flight (the threads are started anew by the next submit)."""
+    global _pool
+    with _lock:
+        pool, _pool = _pool, None
+    if pool is not None and pool[0] == os.getpid():
+        pool[1].shutdown(wait=True)

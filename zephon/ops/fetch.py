@@ -83,6 +83,23 @@ class FetchOp(BaseOp):
         payloads = [r for p in parts for r in p]
         return Block(block.meta, [payloads[i] for i in inverse.tolist()], block.lineage)
 
+    def read_ahead(self, block: Block) -> None:
+        """A hint that ``block`` is fetched next: each shard it reads may start decoding the
+        rows it needs (``Dataset.read_ahead``). Called by the inline engine one block ahead;
+        never changes the data."""
+        if not len(block):
+            return
+        ds_ids, shards = block.meta["dataset_id"], block.meta["shard_id"]
+        rows = block.meta["sample_idx"]
+        order = np.lexsort((rows, shards, ds_ids))
+        cut = np.flatnonzero((np.diff(ds_ids[order]) != 0) | (np.diff(shards[order]) != 0)) + 1
+        bounds = np.concatenate(([0], cut, [len(block)])).tolist()
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            i = order[a]
+            hint = getattr(self.datasets[int(ds_ids[i])], "read_ahead", None)
+            if hint is not None:  # datasets of other kinds need not take hints
+                hint(int(shards[i]), rows[order[a:b]])
+
     @staticmethod
     def _as_payloads(part) -> list:
         if isinstance(part, pa.Table):

@@ -56,7 +56,7 @@ def use_decode_pool() -> str | None:
     for name in (_POOLS[:2] if value == "auto" else (value,)):
         try:
             pool = _pool(name)
-        except (NotImplementedError, pa.ArrowNotImplementedError):  # not built in this wheel
+        except NotImplementedError:  # not built into this wheel (Arrow's error subclasses it)
             if value != "auto":
                 raise ValueError(f"ZEPHON_ARROW_POOL={value}: this pyarrow build has no "
                                  f"{value} allocator") from None

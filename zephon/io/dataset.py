@@ -252,7 +252,7 @@ class Dataset:
         return self._reader(shard_id).read_table(np.asarray(rows, dtype=np.int64), cols)
 
     def read_ahead(self, shard_id: int, rows: np.ndarray) -> None:
-        """A hint that ``rows`` (ascending) of a shard are read next: Parquet shards start
+        """A hint that ``rows`` (any order) of a shard are read next: Parquet shards start
         decoding their first row groups on the read-ahead thread (``zephon/io/read_ahead.py``);
         other formats ignore it. Never changes what a read returns."""
         if self._fmt != "parquet" or self._memory is not None or not read_ahead.enabled:

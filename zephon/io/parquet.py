@@ -241,11 +241,11 @@ class ParquetShardReader:
             del self._ahead[key]
 
     def read_ahead_rows(self, rows: np.ndarray) -> None:
-        """A hint from the pointer stream: the next reads of this shard start at ``rows[0]``.
-        Start decoding the row groups from there, so that a read which moves to this shard
-        (or jumps inside it) finds them decoded too."""
+        """A hint from the pointer stream: the next reads of this shard start at the smallest
+        of ``rows``. Start decoding the row groups from there, so that a read which moves to
+        this shard (or jumps inside it) finds them decoded too."""
         if len(rows):
-            first = int(np.searchsorted(self.rg_starts, int(rows[0]), side="right")) - 1
+            first = int(np.searchsorted(self.rg_starts, int(rows.min()), side="right")) - 1
             self._schedule(first, None, None)
 
     def _schedule(self, first: int, columns: list[str] | None, key_cols) -> None:

@@ -42,17 +42,12 @@ class FetchOp(BaseOp):
         n = len(block)
         if n == 0:
             return block.with_table(pa.table({}))
-        ds_ids = block.meta["dataset_id"]
-        shards = block.meta["shard_id"]
         rows = block.meta["sample_idx"]
-        order = np.lexsort((shards, ds_ids))
-        key_d, key_s = ds_ids[order], shards[order]
-        cut = np.flatnonzero((np.diff(key_d) != 0) | (np.diff(key_s) != 0)) + 1
-        starts = np.concatenate(([0], cut))
-        stops = np.concatenate((cut, [n]))
+        order, bounds = _shard_runs(block)
+        key_d, key_s = block.meta["dataset_id"][order], block.meta["shard_id"][order]
         parts: list = []
         columnar = True
-        for a, b in zip(starts.tolist(), stops.tolist()):
+        for a, b in zip(bounds[:-1], bounds[1:]):
             ds = self.datasets[int(key_d[a])]
             sel = rows[order[a:b]]
             part = None
@@ -89,16 +84,13 @@ class FetchOp(BaseOp):
         never changes the data."""
         if not len(block):
             return
-        ds_ids, shards = block.meta["dataset_id"], block.meta["shard_id"]
         rows = block.meta["sample_idx"]
-        order = np.lexsort((rows, shards, ds_ids))
-        cut = np.flatnonzero((np.diff(ds_ids[order]) != 0) | (np.diff(shards[order]) != 0)) + 1
-        bounds = np.concatenate(([0], cut, [len(block)])).tolist()
+        order, bounds = _shard_runs(block)
         for a, b in zip(bounds[:-1], bounds[1:]):
             i = order[a]
-            hint = getattr(self.datasets[int(ds_ids[i])], "read_ahead", None)
+            hint = getattr(self.datasets[int(block.meta["dataset_id"][i])], "read_ahead", None)
             if hint is not None:  # datasets of other kinds need not take hints
-                hint(int(shards[i]), rows[order[a:b]])
+                hint(int(block.meta["shard_id"][i]), rows[order[a:b]])
 
     @staticmethod
     def _as_payloads(part) -> list:
@@ -106,6 +98,15 @@ class FetchOp(BaseOp):
             return Block({"sample_idx": np.zeros(part.num_rows, np.int64)}, part,
                          sparse=_sparse_of(part)).payload_list()
         return list(part)
+
+
+def _shard_runs(block: Block) -> tuple[np.ndarray, list[int]]:
+    """(order, bounds): the block's pointers stably sorted by (dataset, shard), and where each
+    (dataset, shard) run starts and ends in that order."""
+    ds_ids, shards = block.meta["dataset_id"], block.meta["shard_id"]
+    order = np.lexsort((shards, ds_ids))
+    cut = np.flatnonzero((np.diff(ds_ids[order]) != 0) | (np.diff(shards[order]) != 0)) + 1
+    return order, np.concatenate(([0], cut, [len(block)])).astype(np.int64).tolist()
 
 
 def _sparse_of(table: pa.Table) -> frozenset[str]:

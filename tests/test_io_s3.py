@@ -243,3 +243,91 @@ def test_prefetcher_keeps_errors_for_the_fetch_to_report(s3, bucket):
     pf.close()
     with pytest.raises(RuntimeError):
         pf.submit(0, [1])
+
+
+def _cached_names(cache_dir: Path) -> list[str]:
+    return sorted(p.name.split("-", 1)[1] for p in (cache_dir / "shards").iterdir()
+                  if ".part-" not in p.name)
+
+
+def test_reading_shards_in_order_downloads_the_next_ones_ahead(s3, bucket, cache_dir):
+    from zephon.io import download_ahead
+
+    shards = upload_jsonl(s3, bucket, shards=5, rows=30)
+    build_index("jsonl", f"s3://{bucket}/ds", progress=False,
+                storage_options=s3["storage_options"])
+    ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
+    assert ds.read_table(0, [29]).to_pylist() == [shards[0][29]]
+    download_ahead.drain()  # the first shard read starts the two after it
+    assert _cached_names(cache_dir) == ["part-0.jsonl", "part-1.jsonl", "part-2.jsonl"]
+    for sid in ds.ids():
+        assert ds.read_table(sid, np.arange(30)).to_pylist() == shards[sid]
+    download_ahead.drain()
+    stats = cache_stats(ds)
+    assert stats["downloads"] == 5 and stats["redownloads"] == 0  # each shard fetched once
+
+
+def test_shards_opened_out_of_order_are_not_guessed(s3, bucket, cache_dir):
+    from zephon.io import download_ahead
+
+    upload_jsonl(s3, bucket, shards=4, rows=5)
+    build_index("jsonl", f"s3://{bucket}/ds", progress=False,
+                storage_options=s3["storage_options"])
+    ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
+    ds.read_table(2, [0])
+    ds.read_table(0, [0])
+    download_ahead.drain()
+    assert _cached_names(cache_dir) == ["part-0.jsonl", "part-2.jsonl"]
+
+
+def test_read_ahead_hint_downloads_a_remote_shard_without_opening_it(s3, bucket, cache_dir):
+    from zephon.io import download_ahead
+
+    shards = upload_jsonl(s3, bucket, shards=3, rows=10)
+    build_index("jsonl", f"s3://{bucket}/ds", progress=False,
+                storage_options=s3["storage_options"])
+    ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
+    ds.read_ahead(2, np.array([4, 1]))  # what the inline engine says one block ahead
+    download_ahead.drain()
+    assert _cached_names(cache_dir) == ["part-2.jsonl"]
+    assert not ds._rt().readers  # only downloaded: the read opens it
+    assert ds.read_table(2, [4, 1]).to_pylist() == [shards[2][4], shards[2][1]]
+    assert cache_stats(ds)["downloads"] == 1
+
+
+def test_a_failed_guess_is_reported_by_the_read_that_needs_the_shard(s3, bucket):
+    from zephon.io import download_ahead
+
+    upload_jsonl(s3, bucket, shards=3, rows=5)
+    build_index("jsonl", f"s3://{bucket}/ds", progress=False,
+                storage_options=s3["storage_options"])
+    ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
+    s3_client(s3["endpoint"]).delete_object(Bucket=bucket, Key="ds/part-1.jsonl")
+    assert ds.read_payloads(0, [4]) == [records(5)[4]]  # starts (and loses) the guess of 1
+    download_ahead.drain()
+    assert ds.read_payloads(2, [0]) == [records(5, start=200)[0]]
+    with pytest.raises(ShardMissingError, match="part-1.jsonl"):
+        ds.read_table(1, [0])
+
+
+def test_guesses_never_evict_under_a_cache_limit(s3, bucket, tmp_path):
+    from zephon.io import download_ahead
+
+    upload_jsonl(s3, bucket, shards=5, rows=50)
+    build_index("jsonl", f"s3://{bucket}/ds", progress=False,
+                storage_options=s3["storage_options"])
+    limit = int(len(jsonl_bytes(records(50))) * 2.5)
+    ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
+    ds = ds.with_store_options(StoreOptions(cache=CacheOptions(
+        root=str(tmp_path / "small"), limit_bytes=limit, min_slack_bytes=0, max_slack_bytes=0)))
+    cache = cache_for(tmp_path / "small", limit, 0, 0)
+    assert ds.read_payloads(0, [49]) == [records(50)[49]]
+    download_ahead.drain()  # room for one guess (shard 1); shard 2 would evict shard 0
+    ds.close()
+    assert ds.read_payloads(0, [0]) == [records(50)[0]]  # still cached: no second download
+    assert cache.stats["downloads"] == 2 and cache.stats["redownloads"] == 0
+    for sid in ds.ids():  # a pass in order under the limit: reads evict, guesses never do
+        assert ds.read_payloads(sid, [49]) == [records(50, start=sid * 100)[49]]
+        download_ahead.drain()
+    assert cache.usage() <= limit
+    assert cache.stats["redownloads"] == 0 and cache.stats["downloads"] == 5

@@ -116,6 +116,10 @@ class ShardCache:
 
     # -- eviction -----------------------------------------------------------------------------
 
+    def fits(self, incoming: int) -> bool:
+        """Whether ``incoming`` more bytes fit under the limit without evicting anything."""
+        return self.limit_bytes is None or self.usage() + incoming <= self.limit_bytes
+
     def usage(self) -> int:
         return sum(size for _, size, _ in self._entries())
 

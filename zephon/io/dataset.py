@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from zephon.io import read_ahead
+from zephon.io import download_ahead, read_ahead
 from zephon.io.discovery import Catalog, discover
 from zephon.io.jsonl import JsonlShardReader
 from zephon.io.lines import compression_of
@@ -41,6 +41,7 @@ class _Runtime:
         self.readers: OrderedDict[int, Any] = OrderedDict()
         self.lock = threading.Lock()
         self.opening: dict[int, threading.Lock] = {}
+        self.last_opened: int | None = None  # catalog position of the shard opened last
 
 
 class Dataset:
@@ -229,7 +230,40 @@ class Dataset:
                     rt.readers[sid] = reader
                     while len(rt.readers) > MAX_OPEN_SHARDS:
                         rt.readers.popitem(last=False)[1].close()
+                self._after_open(rt, sid)
         return reader
+
+    def _after_open(self, rt: _Runtime, sid: int) -> None:
+        """Shards opened in catalog order (starting at the first): download the next
+        ``download_ahead.SHARDS`` while this one is read (download_ahead.py)."""
+        pos = self._pos[sid]
+        prev, rt.last_opened = rt.last_opened, pos
+        if prev == pos - 1 or (prev is None and pos == 0):
+            for nxt in range(pos + 1, min(pos + 1 + download_ahead.SHARDS, len(self._ids))):
+                self._download_ahead(rt, int(self._ids[nxt]))
+
+    def _downloads_whole(self, res: Resources, sid: int) -> bool:
+        """Whether opening the shard downloads it whole into the node cache."""
+        loc, cat = self._location, self._catalog
+        if loc is None or cat is None or loc.is_local:
+            return False
+        if self._fmt == "parquet":
+            return res.store.remote_reads == "whole"
+        # JSONL is downloaded unless uncompressed shards are read by byte ranges
+        return (res.store.remote_reads != "ranges"
+                or compression_of(cat.names[self._index(sid)]) is not None)
+
+    def _download_ahead(self, rt: _Runtime, sid: int) -> None:
+        if sid in rt.readers or not self._downloads_whole(rt.res, sid):
+            return
+        download_ahead.submit((id(rt), sid), lambda: self._warm_if_room(rt.res, sid))
+
+    def _warm_if_room(self, res: Resources, sid: int) -> None:
+        """A guess never evicts: under a tight cache limit it could push out the shard being
+        read, or one fetched ahead a moment ago, and both would be downloaded twice."""
+        assert self._catalog is not None  # raw_bytes: decoded sizes, what the cache will hold
+        if res.cache.fits(int(self._catalog.raw_bytes[self._index(sid)])):
+            self.warm([sid])
 
     def _open(self, shard_id: int, res: Resources) -> Any:
         if self._memory is not None:
@@ -252,10 +286,18 @@ class Dataset:
         return self._reader(shard_id).read_table(np.asarray(rows, dtype=np.int64), cols)
 
     def read_ahead(self, shard_id: int, rows: np.ndarray) -> None:
-        """A hint that ``rows`` (any order) of a shard are read next: Parquet shards start
-        decoding their first row groups on the read-ahead thread (``zephon/io/read_ahead.py``);
-        other formats ignore it. Never changes what a read returns."""
-        if self._fmt != "parquet" or self._memory is not None or not read_ahead.enabled:
+        """A hint that ``rows`` (any order) of a shard are read next: a remote shard that
+        opening would download whole starts downloading (``zephon/io/download_ahead.py``); a
+        local Parquet shard starts decoding its first row groups on the read-ahead thread
+        (``zephon/io/read_ahead.py``); anything else ignores it. Never changes what a read
+        returns."""
+        if self._memory is not None:
+            return
+        rt = self._rt()
+        if self._downloads_whole(rt.res, shard_id):
+            self._download_ahead(rt, int(shard_id))
+            return
+        if self._fmt != "parquet" or not read_ahead.enabled:
             return
         self._reader(shard_id).read_ahead_rows(np.asarray(rows, dtype=np.int64))
 

@@ -160,6 +160,7 @@ def local_jsonl(ref: ShardRef, res: Resources) -> tuple[str, np.ndarray]:
         expected = None if compression_of(ref.name) else ref.size
     cache = res.cache
     idx = cache.lineidx / f"{key}.npy"
+    produced: list[np.ndarray] = []  # the offsets, when this call downloads the shard
 
     def produce(part: Path) -> None:
         deadline = _Deadline(res.store.download_timeout, f"download of {ref.display}")
@@ -173,10 +174,13 @@ def local_jsonl(ref: ShardRef, res: Resources) -> tuple[str, np.ndarray]:
                     offsets = scan_stream(decoded_reader(raw, ref.name).read, sink,
                                           dataset=ref.dataset, shard=ref.display)
             save_index(idx, offsets)
+            produced[:] = [offsets]
 
         res.retry(attempt, f"reading {ref.display}", download=True)
 
     path = cache.get_or_create(key, decoded_name(ref.name), produce, expected)
+    if produced:  # just written: no need to read the index back
+        return str(path), produced[0]
     return str(path), load_or_build(idx, lambda: scan_file(path, dataset=ref.dataset,
                                                            shard=ref.display))
 

@@ -262,3 +262,41 @@ def test_the_inline_engine_hints_the_next_block(tmp_path, shards, monkeypatch):
     assert len(on_main) <= 2 and len(decoded) >= 30
     monkeypatch.setattr(read_ahead, "enabled", False)
     assert hinted == stream()  # the same records in the same order
+
+
+def test_threads_reading_one_shard_decode_in_parallel_and_each_row_group_once(
+        tmp_path, shards, monkeypatch):
+    """As the threads runner's workers read consecutive blocks: no shared handle behind a lock,
+    and a row group one thread is decoding is waited for by the others, not decoded again."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from zephon.io import read_ahead
+
+    monkeypatch.setattr(read_ahead, "enabled", False)
+    decoded: list[int] = []
+    running, most = [0], [0]
+    lock = threading.Lock()
+    real = pq.ParquetFile.read_row_group
+
+    def slow(self, i, **kw):
+        with lock:
+            decoded.append(i)
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.02)  # long enough for the other threads to arrive meanwhile
+        try:
+            return real(self, i, **kw)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", slow)
+    ds = Dataset.from_path("pq", tmp_path / "d")
+    spans = [np.arange(a, min(a + 15, 95)) for a in range(0, 95, 5)]  # overlapping blocks
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda rows: ds.read_table(0, rows).to_pylist(), spans))
+    assert got == [[shards[0][i] for i in rows] for rows in spans]
+    assert sorted(decoded) == list(range(10))  # each row group once
+    assert most[0] >= 2  # and not one at a time

@@ -100,9 +100,11 @@ class ParquetShardReader:
         self._cache = row_group_cache(limit) if limit > 0 else None
         self._remote_file: Any = None
         self._fetched = 0
-        self._thread_files = threading.local()  # read-ahead threads' own handles
+        self._thread_files = threading.local()  # each thread's own handle (_thread_file)
         self._path: str | None = None  # the local file, when there is one
-        self._ahead: dict[tuple, Future] = {}  # cache key -> its decode on the read-ahead thread
+        # cache key -> its decode in flight (on a read-ahead thread or a reading thread)
+        self._ahead: dict[tuple, Future] = {}
+        self._ahead_lock = threading.Lock()
         # highest row group of the previous read (a first read of row group 0 moves forward)
         self._last_group = -1
         self._open()
@@ -193,6 +195,8 @@ class ParquetShardReader:
         key_cols = None if columns is None else tuple(columns)
         found: dict[int, pa.Table] = {}
         if self._cache is None:
+            if self._local:
+                return self._decode(groups.tolist(), columns, self._thread_file())
             with self._lock:
                 return self._decode(groups.tolist(), columns)
         for g in groups.tolist():
@@ -203,30 +207,65 @@ class ParquetShardReader:
             if t is not None:
                 found[g] = t
         missing = [g for g in groups.tolist() if g not in found]
-        if self._ahead:
-            found.update(self._take_ahead(missing, key_cols))
-            missing = [g for g in missing if g not in found]
         if missing:
-            with self._lock:
-                decoded = self._decode(missing, columns)
-            for g, t in zip(missing, decoded):
-                self._cache.put((self.ref.location.url, self.ref.name, g, key_cols), t)
-                found[g] = t
+            found.update(self._decode_missing(missing, columns, key_cols))
         self._read_ahead(int(groups[-1]), columns, key_cols)
         return [found[g] for g in groups.tolist()]
 
-    def _take_ahead(self, missing: list[int], key_cols) -> dict[int, pa.Table]:
-        """The missing row groups that the read-ahead thread decoded or is decoding."""
+    def _decode_missing(self, missing: list[int], columns: list[str] | None,
+                        key_cols) -> dict[int, pa.Table]:
+        """Decode row groups the cache lacks, once per process: one that another thread (a
+        read-ahead thread, another thread reading this shard) is decoding is waited for, not
+        decoded a second time. Each thread decodes through its own handle, in parallel."""
+        url, name = self.ref.location.url, self.ref.name
         out: dict[int, pa.Table] = {}
-        for g in missing:
-            fut = self._ahead.pop((self.ref.location.url, self.ref.name, g, key_cols), None)
-            if fut is None:
-                continue
+        if not self._local:  # one remote handle: reads of it take turns
+            with self._lock:
+                decoded = self._decode(missing, columns)
+            for g, t in zip(missing, decoded):
+                self._cache.put((url, name, g, key_cols), t)
+                out[g] = t
+            return out
+        mine: list[tuple[int, tuple, Future]] = []
+        theirs: dict[int, Future] = {}
+        with self._ahead_lock:
+            for g in missing:
+                key = (url, name, g, key_cols)
+                fut = self._ahead.get(key)
+                if fut is not None:
+                    theirs[g] = fut
+                elif (t := self._cache.get(key)) is not None:  # finished since the first look
+                    out[g] = t
+                else:
+                    self._ahead[key] = fut = Future()
+                    mine.append((g, key, fut))
+        if mine:
+            try:
+                decoded = self._decode([g for g, _, _ in mine], columns, self._thread_file())
+            except BaseException as e:
+                self._settle(mine, None, e if isinstance(e, Exception) else
+                             RuntimeError("decode interrupted"))
+                raise
+            for (g, key, _), t in zip(mine, decoded):
+                self._cache.put(key, t)  # before the future goes: a late look finds one of them
+                out[g] = t
+            self._settle(mine, decoded, None)
+        for g, fut in theirs.items():
             try:
                 out[g] = fut.result()
-            except Exception:  # decoded again by the caller, which reports its error properly
-                pass
+            except Exception:  # decoded again here, which reports the error with the shard's name
+                out[g] = self._decode([g], columns, self._thread_file())[0]
         return out
+
+    def _settle(self, mine: list, decoded: list | None, error: Exception | None) -> None:
+        with self._ahead_lock:
+            for _, key, _ in mine:
+                self._ahead.pop(key, None)
+        for i, (_, _, fut) in enumerate(mine):
+            if error is None:
+                fut.set_result(decoded[i])
+            else:
+                fut.set_exception(error)
 
     def _read_ahead(self, last: int, columns: list[str] | None, key_cols) -> None:
         """Keep the next ``READ_AHEAD`` row groups decoding while reads move forward through a
@@ -237,8 +276,9 @@ class ParquetShardReader:
             self._schedule(last + 1, columns, key_cols)
         # finished decodes the reader has passed by are in the cache already; a running one
         # stays listed, so a read that wants its row group waits for it instead of decoding again
-        for key in [k for k, f in self._ahead.items() if k[2] <= last and f.done()]:
-            del self._ahead[key]
+        with self._ahead_lock:
+            for key in [k for k, f in self._ahead.items() if k[2] <= last and f.done()]:
+                del self._ahead[key]
 
     def read_ahead_rows(self, rows: np.ndarray) -> None:
         """A hint from the pointer stream: the next reads of this shard start at the smallest
@@ -253,19 +293,25 @@ class ParquetShardReader:
             return
         for nxt in range(max(first, 0), min(first + READ_AHEAD, len(self.rg_starts) - 1)):
             key = (self.ref.location.url, self.ref.name, nxt, key_cols)
-            if key not in self._ahead and key not in self._cache:
-                self._ahead[key] = read_ahead.submit(self._decode_into_cache, nxt, columns, key)
+            with self._ahead_lock:
+                if key not in self._ahead and key not in self._cache:
+                    self._ahead[key] = read_ahead.submit(self._decode_into_cache, nxt, columns,
+                                                         key)
 
-    def _decode_into_cache(self, group: int, columns: list[str] | None, key: tuple) -> pa.Table:
-        """On a read-ahead thread: decode through a file handle of this thread's own (a
-        ``ParquetFile`` is not safe to share between threads, and one shared handle behind a
-        lock let one busy shard decode on only one thread)."""
+    def _thread_file(self) -> pq.ParquetFile:
+        """This thread's handle on the local file: a ``ParquetFile`` is not safe to share
+        between threads, and one shared handle behind a lock let a shard decode on only one
+        thread at a time (read-ahead threads, the threads runner's workers, a user's own)."""
         handles = self._thread_files.__dict__
         if handles.get("path") != self._path:
             handles["file"] = pq.ParquetFile(self._path, memory_map=True,
                                              metadata=self._file.metadata)
             handles["path"] = self._path
-        table = self._decode([group], columns, handles["file"])[0]
+        return handles["file"]
+
+    def _decode_into_cache(self, group: int, columns: list[str] | None, key: tuple) -> pa.Table:
+        """On a read-ahead thread, through its own file handle."""
+        table = self._decode([group], columns, self._thread_file())[0]
         self._cache.put(key, table)
         return table
 

@@ -54,9 +54,11 @@ def test_blocks_of_shards_read_in_order_end_at_each_shard_boundary():
 
 
 def test_interleaved_mixtures_are_cut_by_size_alone():
-    rng = np.random.default_rng(0)
     n = 5000
-    chunk = _Chunk(rng.integers(0, 2, n), rng.integers(0, 4, n), np.arange(n))
+    # the first block starts and ends in shard 1 with shard 0 between, rows numbered 7, 8, 9
+    # whatever the shard: no run of one shard to keep in step
+    i = np.arange(n)
+    chunk = _Chunk(np.zeros(n), (i % 3 == 0).astype(np.int64), i + 7)
     blocks = list(lane_pointer_blocks(_Source([chunk]), 0, 1, 1000))
     assert [len(b) for b in blocks] == [1000] * 5
     assert _pointers(blocks) == list(zip(chunk.dataset_id.tolist(), chunk.shard_id.tolist(),
@@ -71,10 +73,27 @@ def test_a_change_of_dataset_is_a_boundary_too_and_chunks_are_never_crossed():
             for b in blocks] == [(0, 0, 700), (1, 0, 700), (0, 1, 300)]
 
 
-def test_resumed_lane_keeps_its_small_first_blocks_and_the_boundary_cut():
+def test_resumed_lane_keeps_its_small_first_blocks_and_falls_back_into_step():
     chunk = _in_order([(1, 100), (2, 200)])
     blocks = list(lane_pointer_blocks(_Source([chunk]), 0, 1, 64, start_offset=40,
                                       first_micro=16))
-    assert [len(b) for b in blocks] == [16, 32, 12, 64, 64, 64, 8]
-    assert int(blocks[0].meta["sample_idx"][0]) == 40
-    assert int(blocks[3].meta["sample_idx"][0]) == 0 and int(blocks[3].meta["shard_id"][0]) == 2
+    # 16 rows first (40..55), then up to row 64 of shard 1, then to its end, then shard 2
+    assert [len(b) for b in blocks] == [16, 8, 36, 64, 64, 64, 8]
+    assert [int(b.meta["sample_idx"][0]) for b in blocks] == [40, 56, 64, 0, 64, 128, 192]
+    assert int(blocks[3].meta["shard_id"][0]) == 2
+
+
+def test_a_chunk_that_starts_mid_shard_falls_back_into_step_with_the_rows():
+    first = _in_order([(4, 1000), (6, 1384)])
+    rest = _Chunk(np.zeros(3616), np.full(3616, 6), np.arange(1384, 5000))
+    blocks = list(lane_pointer_blocks(_Source([first, rest]), 0, 1, 1024))
+    starts = [(int(b.meta["chunk_id"][0]), int(b.meta["sample_idx"][0]), len(b)) for b in blocks]
+    assert starts == [(0, 0, 1000), (0, 0, 1024), (0, 1024, 360),
+                      (1, 1384, 664), (1, 2048, 1024), (1, 3072, 1024), (1, 4096, 904)]
+
+
+def test_rows_in_shuffled_order_are_cut_by_size_alone():
+    rows = np.random.default_rng(1).permutation(3000)
+    chunk = _Chunk(np.zeros(3000), np.full(3000, 2), rows)
+    blocks = list(lane_pointer_blocks(_Source([chunk]), 0, 1, 1000))
+    assert [len(b) for b in blocks] == [1000, 1000, 1000]

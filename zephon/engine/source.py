@@ -13,11 +13,12 @@ def lane_pointer_blocks(ws, lane_id: int, lanes: int, micro: int, *, start_chunk
                         start_offset: int = 0, first_micro: int | None = None) -> Iterator[Block]:
     """Yield the lane's pointers as blocks of at most ``micro``, never crossing a chunk.
 
-    A block that would run from the end of one shard into the next (a lane reading shards in
-    order) ends at the shard boundary instead, so the blocks after it start at the shard's
-    first row again, aligned with its row groups. Otherwise every later block straddles two
-    row groups, and with several workers each such row group is decoded in two processes.
-    Blocks that mix shards more often (an interleaved mixture) are cut by size alone.
+    A lane reading shards in order gets blocks in step with the shards' rows: a block that
+    would run from the end of one shard into the next ends at the shard boundary, and a run
+    that starts mid-shard (at a chunk boundary, on resume) first ends at a row that is a
+    multiple of ``micro``. Blocks out of step would each straddle two row groups, and with
+    several workers each such row group would be decoded in two processes. Blocks that mix
+    shards more often (an interleaved mixture) or rows in shuffled order are cut by size alone.
 
     ``first_micro`` makes the first few blocks smaller (a resumed lane whose buffers are already
     full needs only a little new input for its first batch); operators emit the same stream
@@ -33,7 +34,7 @@ def lane_pointer_blocks(ws, lane_id: int, lanes: int, micro: int, *, start_chunk
         n = len(chunk)
         a = offset
         while a < n:
-            b = _shard_cut(chunk, a, min(a + size, n))
+            b = _shard_cut(chunk, a, min(a + size, n), micro)
             yield Block.from_pointers(
                 chunk.dataset_id[a:b], chunk.shard_id[a:b], chunk.sample_idx[a:b],
                 lane_id=lane_id, chunk_id=chunk_id,
@@ -45,10 +46,18 @@ def lane_pointer_blocks(ws, lane_id: int, lanes: int, micro: int, *, start_chunk
         offset = 0
 
 
-def _shard_cut(chunk, a: int, b: int) -> int:
-    """``b``, or the one shard boundary inside ``[a, b)`` when there is exactly one."""
-    ds, sh = chunk.dataset_id, chunk.shard_id
-    if b - a < 2 or (ds[a] == ds[b - 1] and sh[a] == sh[b - 1]):
-        return b  # one shard throughout, or two runs of one shard split by others: no cut
+def _shard_cut(chunk, a: int, b: int, micro: int) -> int:
+    """Where the block ``[a, b)`` should end: at the one shard boundary inside it, if it
+    crosses exactly one; within a run of consecutive rows of one shard, at the next row that is
+    a multiple of ``micro`` (a run that starts mid-shard, at a chunk boundary or on resume,
+    falls back into step with the shard's row groups); else at ``b``."""
+    ds, sh, rows = chunk.dataset_id, chunk.shard_id, chunk.sample_idx
+    if b - a < 2:
+        return b
+    if ((ds[a:b] == ds[a]) & (sh[a:b] == sh[a])).all():  # one shard throughout
+        first = int(rows[a])
+        if first % micro == 0 or not (np.diff(rows[a:b]) == 1).all():
+            return b  # already in step, or not one consecutive run: cut by size
+        return min(b, a + micro - first % micro)
     change = np.flatnonzero((ds[a + 1:b] != ds[a:b - 1]) | (sh[a + 1:b] != sh[a:b - 1]))
     return a + 1 + int(change[0]) if len(change) == 1 else b

@@ -14,7 +14,8 @@
 - per-batch overhead: a trivial pipeline (8-byte records, fetch + batch(32)), wall and
   training-process CPU microseconds per batch, per runner;
 - fetch + batch over Parquet (~2 KB documents) with 2 workers, records/s, against pyarrow
-  reading the same files whole; target >= 80%.
+  reading the same files whole; target >= 80%. The same pipeline on the threads runner and
+  inline follows, for choosing a runner.
 
 Compared measurements are taken turn about (best of three each), so that drift in the
 machine's load weighs on both sides alike.
@@ -209,13 +210,17 @@ def parquet_corpus(root: Path, docs: int = 40_000) -> Path:
     return path
 
 
-def fetch_batch(path: Path, workers: int) -> float:
+def fetch_batch(path: Path, workers: int, runner: str = "process") -> float:
     from zephon.io import Dataset
+    from zephon.io.parquet import row_group_cache
     from zephon.work import MixtureSpec, StaticMixtureWorkSource
 
+    row_group_cache().clear()  # an in-process runner must not find the last run's row groups
     ws = StaticMixtureWorkSource([Dataset.from_path("web", path)], MixtureSpec({"web": 1.0}),
                                  seed=42)
     p = Pipeline(ws).batch(32).options(num_workers=workers)
+    if workers:
+        p = p.options(runner=runner)
     _, n, wall, _ = _drain(p)
     return n / wall
 
@@ -307,6 +312,12 @@ def main(argv: list[str] | None = None) -> int:
     f, raw = interleaved(lambda: fetch_batch(path, 2), lambda: raw_parquet(path))
     rows.append(("fetch+batch Parquet, records/s", f"2 workers {f:,.0f}", f"pyarrow {raw:,.0f}",
                  f / raw, 0.8))
+    # the other runners on the same pipeline, for choosing one (no target)
+    for label, workers, runner in (("threads x2", 2, "threads"), ("inline", 0, "inline")):
+        f, raw = interleaved(lambda w=workers, r=runner: fetch_batch(path, w, r),
+                             lambda: raw_parquet(path))
+        rows.append((f"  same, runner {label}", f"{f:,.0f}", f"pyarrow {raw:,.0f}", f / raw,
+                     None))
 
     print(f"{'benchmark':<38} {'zephon':>24} {'baseline':>24} {'ratio':>7} {'target':>7}")
     for name, a, b, ratio, target in rows:

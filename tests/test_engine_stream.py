@@ -169,3 +169,19 @@ def test_environment_and_options_precedence(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         EngineConfig.from_options(RuntimeOptions(), 1)
+
+
+def test_runner_from_the_environment(monkeypatch):
+    from zephon.engine.session import engine_kind
+
+    p = build().options(num_workers=2)
+    assert engine_kind(p) == ("process", 2)
+    monkeypatch.setenv("ZEPHON_RUNNER", "Threads")
+    assert engine_kind(p) == ("threads", 2)
+    assert "runner='threads' (environment)" in p.explain()
+    monkeypatch.setenv("ZEPHON_RUNNER", "inline")
+    assert engine_kind(p) == ("inline", 0)
+    assert engine_kind(build().options(num_workers=2, runner="process")) == ("process", 2)
+    monkeypatch.setenv("ZEPHON_RUNNER", "ray")
+    with pytest.raises(ValueError, match="ZEPHON_RUNNER='ray'.*process, threads, inline"):
+        engine_kind(p)

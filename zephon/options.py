@@ -45,7 +45,17 @@ KNOWN_OPTIONS: dict[str, Any] = {
 }
 
 # option -> (environment variable, parser)
+def _runner(text: str) -> str:
+    value = text.strip().lower()
+    if value not in RUNNERS:
+        raise ValueError(f"must be one of {', '.join(RUNNERS)}")
+    return value
+
+
+RUNNERS = ("process", "threads", "inline")
+
 ENV_OPTIONS: dict[str, tuple[str, Any]] = {
+    "runner": ("ZEPHON_RUNNER", _runner),
     "num_workers": ("ZEPHON_NUM_WORKERS", int),
     "prefetch_batches": ("ZEPHON_PREFETCH_BATCHES", int),
     "start_method": ("ZEPHON_START_METHOD", str),

@@ -17,55 +17,76 @@ shard still downloading waits on the cache's lock for it instead of fetching it 
 failed download is dropped here; the read that needs the shard redoes it and raises with the
 shard's name. A guess is also dropped when the node cache could only hold the shard by
 evicting another (``ShardCache.fits``): it might push out the very shard being read.
+
+The thread is a daemon: a process that ends (Ctrl-C included) does not wait for a guess. One
+cut short leaves a ``.part`` file and no lock (the kernel drops it), which the cache's next
+producer of that shard removes, as after any crash.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 
 __all__ = ["submit", "drain"]
 
 SHARDS = 2  # shards fetched ahead of a reader moving in order
+
 # One thread: guesses run one after the other, so each one's check for room in the cache sees
 # the shards fetched by the guesses before it (two threads both found room for a shard each).
-THREADS = 1
-
 _lock = threading.Lock()
-_pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid that made it, pool)
-_inflight: dict[tuple, Future] = {}
+_idle = threading.Condition(_lock)
+_queue: tuple[int, queue.SimpleQueue] | None = None  # (pid that made it, its queue)
+_inflight: set[tuple] = set()
 
 
-def submit(key: tuple, fn: Callable[[], object]) -> Future | None:
-    """Run ``fn()`` on this process's download threads unless ``key`` is already in flight
-    (returns None then). Exceptions are kept in the future and never raised here."""
-    global _pool
+def _after_fork_in_child() -> None:
+    # the lock may have been held by a thread that does not exist in the child
+    global _lock, _idle, _queue
+    _lock = threading.Lock()
+    _idle = threading.Condition(_lock)
+    _queue = None
+    _inflight.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def submit(key: tuple, fn: Callable[[], object]) -> bool:
+    """Run ``fn()`` on this process's download thread unless ``key`` is queued or running
+    already (False then). Its exceptions are dropped."""
+    global _queue
     with _lock:
-        if _pool is None or _pool[0] != os.getpid():  # first use, or a forked child
-            _pool = (os.getpid(), ThreadPoolExecutor(THREADS,
-                                                     thread_name_prefix="zephon-download-ahead"))
+        if _queue is None or _queue[0] != os.getpid():  # first use, or a forked child
+            _queue = (os.getpid(), queue.SimpleQueue())
             _inflight.clear()
+            threading.Thread(target=_run, args=(_queue[1],), name="zephon-download-ahead",
+                             daemon=True).start()
         if key in _inflight:
-            return None
-        fut = _pool[1].submit(fn)
-        _inflight[key] = fut
-    fut.add_done_callback(lambda f, key=key: _forget(key, f))
-    return fut
+            return False
+        _inflight.add(key)
+        _queue[1].put((key, fn))
+    return True
 
 
-def _forget(key: tuple, fut: Future) -> None:
-    with _lock:
-        if _inflight.get(key) is fut:
-            del _inflight[key]
+def _run(jobs: queue.SimpleQueue) -> None:
+    while True:
+        key, fn = jobs.get()
+        try:
+            fn()
+        except Exception:  # the read that needs the shard redoes it and reports the error
+            pass
+        finally:
+            with _lock:
+                _inflight.discard(key)
+                _idle.notify_all()
 
 
 def drain() -> None:
-    """Wait for every download in flight (threads are started anew by the next submit)."""
-    global _pool
+    """Wait until every download submitted in this process has finished."""
     with _lock:
-        pool, _pool = _pool, None
-        _inflight.clear()
-    if pool is not None and pool[0] == os.getpid():
-        pool[1].shutdown(wait=True)
+        while _inflight and _queue is not None and _queue[0] == os.getpid():
+            _idle.wait()

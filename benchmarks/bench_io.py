@@ -271,8 +271,8 @@ def _read_every_row(ds: Dataset) -> int:
 
 def test_s3_dataset_read(benchmark, s3_corpus, tmp_path):
     """Open the dataset, then read and parse every row, shard after shard, as a plain loop: the
-    first shard is downloaded when its read needs it, and the dataset downloads the next two
-    while one is parsed (zephon/io/download_ahead.py)."""
+    first two shards are downloaded when their reads need them; from the second on, the
+    dataset downloads the next two while one is parsed (zephon/io/download_ahead.py)."""
     def run():
         ds = Dataset.from_path("s3", "s3://bench/ds", storage_options=s3_corpus["opts"])
         return _read_every_row(ds)

@@ -258,8 +258,11 @@ def test_reading_shards_in_order_downloads_the_next_ones_ahead(s3, bucket, cache
                 storage_options=s3["storage_options"])
     ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
     assert ds.read_table(0, [29]).to_pylist() == [shards[0][29]]
-    download_ahead.drain()  # the first shard read starts the two after it
-    assert _cached_names(cache_dir) == ["part-0.jsonl", "part-1.jsonl", "part-2.jsonl"]
+    download_ahead.drain()
+    assert _cached_names(cache_dir) == ["part-0.jsonl"]  # a look at one shard: no guess
+    assert ds.read_table(1, [0]).to_pylist() == [shards[1][0]]
+    download_ahead.drain()  # shard 1 right after shard 0: the two after it come down
+    assert _cached_names(cache_dir) == [f"part-{i}.jsonl" for i in range(4)]
     for sid in ds.ids():
         assert ds.read_table(sid, np.arange(30)).to_pylist() == shards[sid]
     download_ahead.drain()
@@ -276,8 +279,9 @@ def test_shards_opened_out_of_order_are_not_guessed(s3, bucket, cache_dir):
     ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
     ds.read_table(2, [0])
     ds.read_table(0, [0])
+    ds.read_table(3, [0])
     download_ahead.drain()
-    assert _cached_names(cache_dir) == ["part-0.jsonl", "part-2.jsonl"]
+    assert _cached_names(cache_dir) == ["part-0.jsonl", "part-2.jsonl", "part-3.jsonl"]
 
 
 def test_read_ahead_hint_downloads_a_remote_shard_without_opening_it(s3, bucket, cache_dir):
@@ -298,16 +302,17 @@ def test_read_ahead_hint_downloads_a_remote_shard_without_opening_it(s3, bucket,
 def test_a_failed_guess_is_reported_by_the_read_that_needs_the_shard(s3, bucket):
     from zephon.io import download_ahead
 
-    upload_jsonl(s3, bucket, shards=3, rows=5)
+    upload_jsonl(s3, bucket, shards=4, rows=5)
     build_index("jsonl", f"s3://{bucket}/ds", progress=False,
                 storage_options=s3["storage_options"])
     ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
-    s3_client(s3["endpoint"]).delete_object(Bucket=bucket, Key="ds/part-1.jsonl")
-    assert ds.read_payloads(0, [4]) == [records(5)[4]]  # starts (and loses) the guess of 1
+    s3_client(s3["endpoint"]).delete_object(Bucket=bucket, Key="ds/part-2.jsonl")
+    assert ds.read_payloads(0, [4]) == [records(5)[4]]
+    assert ds.read_payloads(1, [4]) == [records(5, start=100)[4]]  # guesses 2 (lost) and 3
     download_ahead.drain()
-    assert ds.read_payloads(2, [0]) == [records(5, start=200)[0]]
-    with pytest.raises(ShardMissingError, match="part-1.jsonl"):
-        ds.read_table(1, [0])
+    assert ds.read_payloads(3, [0]) == [records(5, start=300)[0]]
+    with pytest.raises(ShardMissingError, match="part-2.jsonl"):
+        ds.read_table(2, [0])
 
 
 def test_guesses_never_evict_under_a_cache_limit(s3, bucket, tmp_path):
@@ -322,7 +327,8 @@ def test_guesses_never_evict_under_a_cache_limit(s3, bucket, tmp_path):
         root=str(tmp_path / "small"), limit_bytes=limit, min_slack_bytes=0, max_slack_bytes=0)))
     cache = cache_for(tmp_path / "small", limit, 0, 0)
     assert ds.read_payloads(0, [49]) == [records(50)[49]]
-    download_ahead.drain()  # room for one guess (shard 1); shard 2 would evict shard 0
+    assert ds.read_payloads(1, [49]) == [records(50, start=100)[49]]
+    download_ahead.drain()  # guesses 2 and 3 would each evict shard 0 or 1: both skipped
     ds.close()
     assert ds.read_payloads(0, [0]) == [records(50)[0]]  # still cached: no second download
     assert cache.stats["downloads"] == 2 and cache.stats["redownloads"] == 0

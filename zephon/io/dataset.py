@@ -234,11 +234,12 @@ class Dataset:
         return reader
 
     def _after_open(self, rt: _Runtime, sid: int) -> None:
-        """Shards opened in catalog order (starting at the first): download the next
-        ``download_ahead.SHARDS`` while this one is read (download_ahead.py)."""
+        """Two shards opened one after the other in catalog order: download the next
+        ``download_ahead.SHARDS`` while this one is read (download_ahead.py). One open alone
+        is no pattern: a look at the first shard (the inspector) must not fetch the next."""
         pos = self._pos[sid]
         prev, rt.last_opened = rt.last_opened, pos
-        if prev == pos - 1 or (prev is None and pos == 0):
+        if prev == pos - 1:
             for nxt in range(pos + 1, min(pos + 1 + download_ahead.SHARDS, len(self._ids))):
                 self._download_ahead(rt, int(self._ids[nxt]))
 

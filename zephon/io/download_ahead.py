@@ -5,8 +5,9 @@ inspector, a pipeline without a cross-shard shuffle) would otherwise wait for ea
 after parsing the previous shard: transfer and parse would take turns, each leaving a core
 idle. Two guesses start a download here, on a background thread, while the caller parses:
 
-- the dataset sees shards opened in order (the first shard, then each next one) and fetches
-  the ``SHARDS`` shards after the one just opened (``Dataset._reader``);
+- the dataset sees a shard opened right after the one before it in catalog order, and fetches
+  the ``SHARDS`` shards after it (``Dataset._reader``); a single open is no pattern, so a look
+  at one shard fetches nothing more;
 - the inline engine's hint (``Dataset.read_ahead``) names the shards the next pointer block
   reads.
 

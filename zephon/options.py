@@ -44,7 +44,9 @@ KNOWN_OPTIONS: dict[str, Any] = {
     "log_level": None,
 }
 
-# option -> (environment variable, parser)
+RUNNERS = ("process", "threads", "inline")
+
+
 def _runner(text: str) -> str:
     value = text.strip().lower()
     if value not in RUNNERS:
@@ -52,8 +54,7 @@ def _runner(text: str) -> str:
     return value
 
 
-RUNNERS = ("process", "threads", "inline")
-
+# option -> (environment variable, parser)
 ENV_OPTIONS: dict[str, tuple[str, Any]] = {
     "runner": ("ZEPHON_RUNNER", _runner),
     "num_workers": ("ZEPHON_NUM_WORKERS", int),

@@ -73,6 +73,15 @@ def upload_jsonl(s3, bucket, prefix="ds", shards=3, rows=20, gz=False):
     return out
 
 
+def indexed_jsonl(s3, bucket, *, shards: int, rows: int) -> tuple[list, Dataset]:
+    """JSONL shards uploaded under ``ds/``, its index.json written, and the dataset opened."""
+    uploaded = upload_jsonl(s3, bucket, shards=shards, rows=rows)
+    build_index("jsonl", f"s3://{bucket}/ds", progress=False,
+                storage_options=s3["storage_options"])
+    return uploaded, Dataset.from_path("web", f"s3://{bucket}/ds",
+                                       storage_options=s3["storage_options"])
+
+
 def cache_stats(ds: Dataset) -> dict:
     return ds._rt().res.cache.stats
 
@@ -102,10 +111,7 @@ def test_parquet_over_s3_reads_row_groups_by_range_then_whole(s3, bucket, cache_
 
 
 def test_ranges_mode_reads_jsonl_lines_without_a_copy(s3, bucket, cache_dir):
-    shards = upload_jsonl(s3, bucket, shards=2, rows=30)
-    build_index("jsonl", f"s3://{bucket}/ds", progress=False,
-                storage_options=s3["storage_options"])
-    ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
+    shards, ds = indexed_jsonl(s3, bucket, shards=2, rows=30)
     ds = ds.with_store_options(StoreOptions(remote_reads="ranges"))
     rows = [29, 3, 4, 5, 17, 3]
     assert ds.read_table(1, rows).to_pylist() == [shards[1][i] for i in rows]
@@ -155,10 +161,7 @@ def test_indexed_dataset_opens_with_one_request(s3, bucket, monkeypatch):
 
 
 def test_shard_deleted_after_discovery_names_it(s3, bucket):
-    upload_jsonl(s3, bucket, shards=2, rows=5)
-    build_index("jsonl", f"s3://{bucket}/ds", progress=False,
-                storage_options=s3["storage_options"])
-    ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
+    _, ds = indexed_jsonl(s3, bucket, shards=2, rows=5)
     s3_client(s3["endpoint"]).delete_object(Bucket=bucket, Key="ds/part-1.jsonl")
     assert ds.read_payloads(0, [0]) == [records(5)[0]]
     with pytest.raises(ShardMissingError) as e:
@@ -167,12 +170,9 @@ def test_shard_deleted_after_discovery_names_it(s3, bucket):
 
 
 def test_cache_limit_evicts_least_recently_used(s3, bucket, tmp_path):
-    upload_jsonl(s3, bucket, shards=4, rows=50)
-    build_index("jsonl", f"s3://{bucket}/ds", progress=False,
-                storage_options=s3["storage_options"])
+    _, ds = indexed_jsonl(s3, bucket, shards=4, rows=50)
     size = len(jsonl_bytes(records(50)))
     limit = int(size * 2.5)
-    ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
     ds = ds.with_store_options(StoreOptions(cache=CacheOptions(
         root=str(tmp_path / "small"), limit_bytes=limit, min_slack_bytes=0, max_slack_bytes=0)))
     for sid in ds.ids():
@@ -230,10 +230,7 @@ def test_warm_and_prefetcher_fill_the_cache(s3, bucket, cache_dir):
 
 
 def test_prefetcher_keeps_errors_for_the_fetch_to_report(s3, bucket):
-    upload_jsonl(s3, bucket, shards=2, rows=3)
-    build_index("jsonl", f"s3://{bucket}/ds", progress=False,
-                storage_options=s3["storage_options"])
-    ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
+    _, ds = indexed_jsonl(s3, bucket, shards=2, rows=3)
     s3_client(s3["endpoint"]).delete_object(Bucket=bucket, Key="ds/part-0.jsonl")
     pf = ShardPrefetcher([ds], parallelism=1)
     pf.submit(0, [0, 1])
@@ -253,10 +250,7 @@ def _cached_names(cache_dir: Path) -> list[str]:
 def test_reading_shards_in_order_downloads_the_next_ones_ahead(s3, bucket, cache_dir):
     from zephon.io import download_ahead
 
-    shards = upload_jsonl(s3, bucket, shards=5, rows=30)
-    build_index("jsonl", f"s3://{bucket}/ds", progress=False,
-                storage_options=s3["storage_options"])
-    ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
+    shards, ds = indexed_jsonl(s3, bucket, shards=5, rows=30)
     assert ds.read_table(0, [29]).to_pylist() == [shards[0][29]]
     download_ahead.drain()
     assert _cached_names(cache_dir) == ["part-0.jsonl"]  # a look at one shard: no guess
@@ -273,10 +267,7 @@ def test_reading_shards_in_order_downloads_the_next_ones_ahead(s3, bucket, cache
 def test_shards_opened_out_of_order_are_not_guessed(s3, bucket, cache_dir):
     from zephon.io import download_ahead
 
-    upload_jsonl(s3, bucket, shards=4, rows=5)
-    build_index("jsonl", f"s3://{bucket}/ds", progress=False,
-                storage_options=s3["storage_options"])
-    ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
+    _, ds = indexed_jsonl(s3, bucket, shards=4, rows=5)
     ds.read_table(2, [0])
     ds.read_table(0, [0])
     ds.read_table(3, [0])
@@ -287,10 +278,7 @@ def test_shards_opened_out_of_order_are_not_guessed(s3, bucket, cache_dir):
 def test_read_ahead_hint_downloads_a_remote_shard_without_opening_it(s3, bucket, cache_dir):
     from zephon.io import download_ahead
 
-    shards = upload_jsonl(s3, bucket, shards=3, rows=10)
-    build_index("jsonl", f"s3://{bucket}/ds", progress=False,
-                storage_options=s3["storage_options"])
-    ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
+    shards, ds = indexed_jsonl(s3, bucket, shards=3, rows=10)
     ds.read_ahead(2, np.array([4, 1]))  # what the inline engine says one block ahead
     download_ahead.drain()
     assert _cached_names(cache_dir) == ["part-2.jsonl"]
@@ -302,10 +290,7 @@ def test_read_ahead_hint_downloads_a_remote_shard_without_opening_it(s3, bucket,
 def test_a_failed_guess_is_reported_by_the_read_that_needs_the_shard(s3, bucket):
     from zephon.io import download_ahead
 
-    upload_jsonl(s3, bucket, shards=4, rows=5)
-    build_index("jsonl", f"s3://{bucket}/ds", progress=False,
-                storage_options=s3["storage_options"])
-    ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
+    _, ds = indexed_jsonl(s3, bucket, shards=4, rows=5)
     s3_client(s3["endpoint"]).delete_object(Bucket=bucket, Key="ds/part-2.jsonl")
     assert ds.read_payloads(0, [4]) == [records(5)[4]]
     assert ds.read_payloads(1, [4]) == [records(5, start=100)[4]]  # guesses 2 (lost) and 3
@@ -318,11 +303,8 @@ def test_a_failed_guess_is_reported_by_the_read_that_needs_the_shard(s3, bucket)
 def test_guesses_never_evict_under_a_cache_limit(s3, bucket, tmp_path):
     from zephon.io import download_ahead
 
-    upload_jsonl(s3, bucket, shards=5, rows=50)
-    build_index("jsonl", f"s3://{bucket}/ds", progress=False,
-                storage_options=s3["storage_options"])
+    _, ds = indexed_jsonl(s3, bucket, shards=5, rows=50)
     limit = int(len(jsonl_bytes(records(50))) * 2.5)
-    ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
     ds = ds.with_store_options(StoreOptions(cache=CacheOptions(
         root=str(tmp_path / "small"), limit_bytes=limit, min_slack_bytes=0, max_slack_bytes=0)))
     cache = cache_for(tmp_path / "small", limit, 0, 0)

@@ -83,6 +83,24 @@ def test_row_group_cache_can_be_disabled(tmp_path, shards, monkeypatch):
     assert decoded == [0, 0, 0]
 
 
+def test_a_row_group_read_to_the_end_leaves_the_cache(tmp_path, shards, monkeypatch):
+    """A forward pass frees each row group once all its rows are read: the next decode reuses
+    that memory instead of faulting in fresh pages, and nothing stays held for the LRU."""
+    from zephon.io import read_ahead
+
+    monkeypatch.setattr(read_ahead, "enabled", False)  # no guesses landing in the cache
+    ds = Dataset.from_path("pq", tmp_path / "d")
+    cache = row_group_cache()
+    ds.read_table(0, np.arange(0, 15))  # row group 0 whole, row group 1 in part
+    assert cache._bytes > 0 and len(cache._items) == 1  # only the part-read row group stays
+    got = ds.read_table(0, np.arange(15, 95))
+    assert got.column("id").to_pylist() == [r["id"] for r in shards[0][15:95]]
+    assert len(cache._items) == 0 and cache._bytes == 0
+    # rows read twice count once: a row group is kept until every row was read
+    ds.read_table(0, [20, 21, 20, 21])
+    assert len(cache._items) == 1
+
+
 def test_row_group_cache_is_lru_by_bytes():
     from zephon.io.parquet import RowGroupCache
 
@@ -294,7 +312,9 @@ def test_threads_reading_one_shard_decode_in_parallel_and_each_row_group_once(
 
     monkeypatch.setattr(pq.ParquetFile, "read_row_group", slow)
     ds = Dataset.from_path("pq", tmp_path / "d")
-    spans = [np.arange(a, min(a + 15, 95)) for a in range(0, 95, 5)]  # overlapping blocks
+    # consecutive blocks that start and end inside row groups (of 10 rows): two threads want
+    # the row group they share at the same time
+    spans = [np.arange(a, min(a + 15, 95)) for a in range(0, 95, 15)]
     with ThreadPoolExecutor(4) as pool:
         got = list(pool.map(lambda rows: ds.read_table(0, rows).to_pylist(), spans))
     assert got == [[shards[0][i] for i in rows] for rows in spans]

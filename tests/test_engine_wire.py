@@ -76,6 +76,31 @@ def test_frame_mixes_blocks_and_pickled_units_and_shares_tags():
     np.testing.assert_array_equal(out[1][2][1]["base"]["ops"][0], np.arange(4))
 
 
+def test_batches_cut_from_one_block_travel_as_its_rows_and_come_back_the_same():
+    """Consecutive batches of one pushed block go as that block's rows (one Arrow record
+    batch, no concatenation); a batch from elsewhere in the same run falls back to joining."""
+    from zephon.ops.batch import BatchLane
+    from zephon.types import SampleBatch
+
+    lane = BatchLane(4, drop_last=True)
+    first = lane.push(_block(12))  # 3 batches of one parent
+    other = lane.push(_block(6))  # 1 batch, another parent; 2 rows stay held
+    assert all(b.origin is not None for b in first + other)
+    units = [(0, SampleBatch._from_block(b), {"skip": i}) for i, b in enumerate(first + other)]
+    parts = wire.unit_parts(units[:3])
+    assert len(parts) == 1 and parts[0][1].payload.num_rows == 12
+    assert parts[0][1].origin is None and parts[0][1].is_batch
+    for chunk in (units[:3], units):
+        frame = wire.write_frame(wire.unit_parts(chunk))
+        if chunk is units[:3]:  # the contiguous run is one record batch in the stream
+            assert wire.read_frame(frame)[0][1].payload.column("text").num_chunks == 1
+        back = wire.units_from_parts(wire.read_frame(frame))
+        assert [(lane_id, state) for lane_id, _, state in back] == \
+            [(lane_id, state) for lane_id, _, state in chunk]
+        for (_, got, _), (_, sent, _) in zip(back, chunk):
+            _same(sent.block, got.block)
+
+
 def test_writer_refuses_what_does_not_fit_and_frame_size_is_enough():
     block = _block(50)
     need = wire.frame_size("block", block)

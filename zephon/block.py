@@ -44,7 +44,10 @@ class Block:
     ``payload``: ``pa.Table`` or ``list``.
     """
 
-    __slots__ = ("meta", "lineage", "payload", "sparse", "is_batch")
+    # origin: (parent block, first row) when this block is rows of ``parent`` taken as they
+    # are (a batch cut from a pushed block), else None; lets the engine send consecutive
+    # batches of one parent as that parent's rows instead of concatenating them again
+    __slots__ = ("meta", "lineage", "payload", "sparse", "is_batch", "origin")
 
     def __init__(
         self,
@@ -60,6 +63,7 @@ class Block:
         self.payload = payload
         self.sparse = sparse
         self.is_batch = is_batch
+        self.origin: tuple[Block, int] | None = None
 
     # -- construction -------------------------------------------------------------------------
 

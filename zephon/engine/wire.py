@@ -278,10 +278,24 @@ def _layout(block) -> tuple:
             tuple((k, v.dtype, v.shape[1:]) for k, v in block.meta.items()), payload)
 
 
-def _merge(blocks: list):
+def _follows(prev, block) -> bool:
+    """``block`` is the rows of the same parent right after ``prev`` (see ``Block.origin``)."""
+    a, b = prev.origin, block.origin
+    return a is not None and b is not None and a[0] is b[0] and b[1] == a[1] + len(prev)
+
+
+def _merge(blocks: list, rows: list[int], contiguous: bool):
+    """One block of ``blocks`` (``rows`` long each); ``contiguous``: each follows the one
+    before it in a common parent."""
     if len(blocks) == 1:
         return blocks[0]
     b0 = blocks[0]
+    if contiguous:
+        # consecutive batches cut from one block: that block's rows, no concatenation (and
+        # one record batch in the frame's Arrow stream instead of one per batch)
+        parent, start = b0.origin
+        part = parent.slice(start, start + sum(rows))
+        return Block(part.meta, part.payload, part.lineage, b0.sparse, b0.is_batch)
     meta = {k: np.concatenate([b.meta[k] for b in blocks]) for k in b0.meta}
     if isinstance(b0.payload, pa.Table):
         payload = pa.concat_tables([b.payload for b in blocks])
@@ -298,22 +312,29 @@ def unit_parts(units: list) -> list[tuple[str, object, list]]:
     into one block (one Arrow stream, however many batches), records and lane ends (None) as
     one pickled list; the tags say which unit is which."""
     parts: list[tuple[str, object, list]] = []
-    run: list = []
+    run: list = []  # (lane, block, state, rows) of the batches to merge
+    contiguous = True  # every batch of ``run`` follows the one before it in a common parent
 
     def close_run() -> None:
         if run:
-            parts.append(("block", _merge([u.block for _, u, _ in run]),
-                          [(lane, state, len(u)) for lane, u, state in run]))
+            parts.append(("block", _merge([b for _, b, _, _ in run], [n for *_, n in run],
+                                          contiguous),
+                          [(lane, state, n) for lane, _, state, n in run]))
             run.clear()
 
     layout = None
     for lane, unit, state in units:
         if isinstance(unit, SampleBatch):
-            this = _layout(unit.block)
+            block = unit.block
+            if run and _follows(run[-1][1], block):  # same parent: same layout
+                run.append((lane, block, state, len(block)))
+                continue
+            this = _layout(block)
             if this != layout:
                 close_run()
                 layout = this
-            run.append((lane, unit, state))
+            contiguous = not run
+            run.append((lane, block, state, len(block)))
             continue
         layout = None
         close_run()

@@ -156,7 +156,7 @@ class ParquetShardReader:
             path = cached_parquet(ref, self.res)
         try:
             if path is not None:
-                self._file = pq.ParquetFile(path, memory_map=True)
+                self._file = _open_local(path)
                 self._local = True
                 self._path = path
                 return
@@ -215,7 +215,7 @@ class ParquetShardReader:
         if self.res.store.remote_reads == "auto" and self._fetched * 2 >= max(self.ref.size, 1):
             path = local_parquet(self.ref, self.res)
             self.close()
-            self._file = pq.ParquetFile(path, memory_map=True)
+            self._file = _open_local(path)
             self._local = True
             self._path = path
 
@@ -343,8 +343,7 @@ class ParquetShardReader:
         thread at a time (read-ahead threads, the threads runner's workers, a user's own)."""
         handles = self._thread_files.__dict__
         if handles.get("path") != self._path:
-            handles["file"] = pq.ParquetFile(self._path, memory_map=True,
-                                             metadata=self._file.metadata)
+            handles["file"] = _open_local(self._path, self._file.metadata)
             handles["path"] = self._path
         return handles["file"]
 
@@ -391,6 +390,13 @@ class ParquetShardReader:
 
     def read_payloads(self, rows: np.ndarray) -> list[dict]:
         return self.read_table(rows).to_pylist()
+
+
+def _open_local(path: str, metadata: Any = None) -> pq.ParquetFile:
+    """A local shard, memory-mapped. Without pre-buffering: that coalesces column-chunk reads
+    into buffers of its own, which pays off for remote files; over a mapping it is one more
+    pass over the bytes (decoding a row group of 2 KB documents took ~5% more CPU with it)."""
+    return pq.ParquetFile(path, memory_map=True, pre_buffer=False, metadata=metadata)
 
 
 def _rows_of(table: pa.Table, local: np.ndarray) -> pa.Table:

@@ -44,7 +44,8 @@ class BatchLane(LaneAccumulator):
             return []
         merged = Block.concat(self.pending)
         full = (len(merged) // self.size) * self.size
-        out = [_as_batch(merged.slice(i, i + self.size)) for i in range(0, full, self.size)]
+        out = [_as_batch(merged.slice(i, i + self.size), merged, i)
+               for i in range(0, full, self.size)]
         rest = merged.slice(full, len(merged))
         self.pending = [rest] if len(rest) else []
         self.count = len(rest)
@@ -70,5 +71,8 @@ class BatchLane(LaneAccumulator):
         self.count = len(held) if held is not None else 0
 
 
-def _as_batch(block: Block) -> Block:
-    return Block(block.meta, block.payload, block.lineage, block.sparse, is_batch=True)
+def _as_batch(block: Block, parent: Block | None = None, start: int = 0) -> Block:
+    out = Block(block.meta, block.payload, block.lineage, block.sparse, is_batch=True)
+    if parent is not None:
+        out.origin = (parent, start)
+    return out

@@ -18,17 +18,15 @@ from zephon.block import TOKEN_FIELDS, Block, ragged_column
 from zephon.engine import metrics
 
 
-def _tokens_per_dataset(block: Block, n_datasets: int) -> np.ndarray | None:
+def _tokens_per_dataset(block: Block, n_datasets: int, field: str | None) -> np.ndarray | None:
+    """Tokens of ``block`` per dataset: from ``comp_tokens`` (packed rows), else from the
+    ragged token column ``field`` (None: the payload has none)."""
     comp = block.meta.get("comp_tokens")
     if comp is not None:
         out = np.zeros(n_datasets, dtype=np.int64)
         k = min(n_datasets, comp.shape[1])
         out[:k] = comp[:, :k].sum(axis=0)
         return out
-    if not block.columnar:
-        return None
-    names = block.payload.schema.names  # once: column_names builds a new list per call
-    field = next((f for f in TOKEN_FIELDS if f in names), None)
     if field is None:
         return None
     offsets, _ = ragged_column(block.payload, field)
@@ -53,26 +51,43 @@ class Observer:
         self.consumer_wait_ns = 0
         self.held: dict[str, int] = {}
         self.progress = _Progress(self) if progress else None
+        self._schema = None  # the last payload schema seen, and its token column (or None)
+        self._field: str | None = None
 
     def delivered(self, unit: Any, wait_ns: int) -> None:
+        """Count a unit handed to the caller. It runs once per batch in the training loop, so
+        it stays at about a microsecond: the token column is looked up once per schema, and a
+        single dataset needs no per-dataset count."""
         self.consumer_wait_ns += wait_ns
         self.units += 1
         block = getattr(unit, "block", None)
         if block is not None:
+            n = len(self.names)
             comp = block.meta.get("comp_samples")
             if comp is not None:
-                k = min(len(self.names), comp.shape[1])
+                k = min(n, comp.shape[1])
                 self.records[:k] += comp[:, :k].sum(axis=0)
+            elif n == 1:
+                self.records[0] += len(block)
             else:
-                self.records += np.bincount(block.meta["dataset_id"], minlength=len(self.names))[
-                    : len(self.names)]
-            t = _tokens_per_dataset(block, len(self.names))
+                self.records += np.bincount(block.meta["dataset_id"], minlength=n)[:n]
+            t = _tokens_per_dataset(block, n, self._token_field(block))
             if t is not None:
                 self.tokens += t
         elif hasattr(unit, "meta"):
             self.records[unit.meta.sample_id[0]] += 1
         if self.progress is not None:
             self.progress.tick()
+
+    def _token_field(self, block: Block) -> str | None:
+        if not block.columnar:
+            return None
+        schema = block.payload.schema
+        if self._schema is None or not schema.equals(self._schema):
+            names = schema.names
+            self._schema = schema
+            self._field = next((f for f in TOKEN_FIELDS if f in names), None)
+        return self._field
 
     def merge(self, delta: dict) -> None:
         """Counters shipped from worker / coordinator processes."""

@@ -94,3 +94,24 @@ def test_take_table_reads_chunks_in_place_and_keeps_the_type():
                                                    for i in idx]
     with pytest.raises(ValueError, match="out of range"):
         take_table(table, np.array([5]))
+
+
+def test_a_pickled_batch_carries_its_own_rows_only():
+    """As a batch crosses a DataLoader worker's queue: not the block it was cut from (its
+    ``origin``), nor the whole buffers its Arrow slice shares with that block."""
+    import pickle
+
+    from zephon.ops.batch import BatchLane
+
+    parent = Block.from_pointers(np.zeros(1000), np.ones(1000), np.arange(1000), lane_id=0,
+                                 chunk_id=3, chunk_offset=np.arange(1000))
+    parent = parent.with_payloads([{"text": "x" * 1000, "n": i} for i in range(1000)])
+    batches = BatchLane(10, drop_last=True).push(parent)
+    b = SampleBatch._from_block(batches[3])
+    assert b.block.origin is not None
+    blob = pickle.dumps(b)
+    assert len(blob) < 20_000  # 10 rows of ~1 KB, not the 1 MB parent
+    back = pickle.loads(blob)
+    assert back.block.origin is None and back.ids == b.ids
+    assert back.block.payload.equals(b.block.payload)
+    np.testing.assert_array_equal(back.block.meta["chunk_offset"], np.arange(30, 40))

@@ -192,3 +192,30 @@ def test_exceptions_travel_with_their_remote_traceback():
     except Unpicklable as e:
         back = wire.unpack_exception(wire.pack_exception(e))
     assert "Unpicklable: x" in str(back)
+
+
+def test_a_dying_view_runs_no_python_code():
+    """Slots and private buffers come back when their last view dies, noted without running any
+    Python code then: a Ctrl-C that arrived inside a Python finalizer was reported as "Exception
+    ignored" and lost, and the training loop went on (seen in the Ctrl-C cleanup test)."""
+    import sys
+
+    leases, buffers = shm.Leases(), shm.PrivateBuffers(keep=2)
+    root = np.zeros(64, dtype=np.uint8)
+    leases.lend(root, "slot-3")
+    copy = buffers.copy(bytes(100), 100)
+    calls: list[str] = []
+
+    def spy(frame, event, arg):
+        if event == "call":
+            calls.append(frame.f_code.co_name)
+
+    sys.setprofile(spy)
+    try:
+        del root, copy
+    finally:
+        sys.setprofile(None)
+    assert calls == []
+    assert leases.returned() == ["slot-3"] and len(leases) == 0
+    again = buffers.copy(bytes(100), 100)  # the dead copy's buffer is reused
+    assert len(again) == 100 and sum(len(v) for v in buffers.free.values()) == 0

@@ -208,44 +208,67 @@ class PrivateBuffers:
     def __init__(self, keep: int) -> None:
         self.keep = keep  # free buffers kept per size, beyond that they go back to the OS
         self.free: dict[int, list[np.ndarray]] = defaultdict(list)
+        self._watch = _DeathWatch()  # copies lent out -> (size, buffer)
 
     def copy(self, src, n: int) -> np.ndarray:
+        for cap, buf in self._watch.dead():
+            if len(self.free[cap]) < self.keep:
+                self.free[cap].append(buf)
         cap = 1 << max(12, (n - 1).bit_length())
         pool = self.free[cap]
         buf = pool.pop() if pool else np.empty(cap + 64, dtype=np.uint8)
         shift = (-buf.ctypes.data) % 64  # Arrow reads its buffers in place when aligned
         root = np.frombuffer(memoryview(buf)[shift : shift + n], dtype=np.uint8)
         root[:] = np.frombuffer(src, dtype=np.uint8, count=n)
-        weakref.finalize(root, self._back, pool, buf).atexit = False
+        self._watch.add(root, (cap, buf))
         return root
 
-    def _back(self, pool: list, buf: np.ndarray) -> None:
-        if len(pool) < self.keep:
-            pool.append(buf)
+
+class _DeathWatch:
+    """Which watched objects have died, for whoever asks next.
+
+    A plain ``weakref.ref`` whose callback is a C function (``deque.append``): when the object
+    dies no Python code runs. A Python-level finalizer (``weakref.finalize``) runs bytecode at
+    whatever point the last view is dropped, and a Ctrl-C that arrives during it is reported as
+    "Exception ignored" and lost: the training loop went on as if nothing had been pressed.
+    """
+
+    def __init__(self) -> None:
+        self._refs: dict[int, tuple[weakref.ref, object]] = {}  # id(ref) -> (ref, value)
+        self._died: deque = deque()  # the refs whose object died (appended from any thread)
+
+    def add(self, obj, value) -> None:
+        ref = weakref.ref(obj, self._died.append)
+        self._refs[id(ref)] = (ref, value)  # also keeps the ref alive: else no callback
+
+    def dead(self) -> list:
+        """The values of the objects that died since the last call."""
+        out = []
+        while self._died:
+            out.append(self._refs.pop(id(self._died.popleft()))[1])
+        return out
 
 
 class Leases:
     """Slots lent out as zero-copy views: a slot comes back when the last view of it dies.
 
     ``root`` is the uint8 array a frame was read from; every view made from it keeps it alive
-    (see ``wire``), so a weak reference on it is exact. Finalizers may run in any thread; they
-    only append to a deque, which the owner drains with ``returned``.
+    (see ``wire``), so a weak reference on it is exact. Deaths are noted without running Python
+    code (``_DeathWatch``); the owner collects them with ``returned``.
     """
 
     def __init__(self) -> None:
         self.out: set = set()
-        self.back: deque = deque()
+        self._watch = _DeathWatch()
 
     def __len__(self) -> int:
         return len(self.out)
 
     def lend(self, root: np.ndarray, key) -> None:
         self.out.add(key)
-        weakref.finalize(root, self.back.append, key).atexit = False
+        self._watch.add(root, key)
 
     def returned(self) -> list:
-        keys = []
-        while self.back:
-            keys.append(self.back.popleft())
+        keys = self._watch.dead()
         self.out.difference_update(keys)
         return keys

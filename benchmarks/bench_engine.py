@@ -19,6 +19,11 @@
 
 Compared measurements are taken turn about (best of three each), so that drift in the
 machine's load weighs on both sides alike.
+
+Comparing two source trees (``PYTHONPATH=old-tree``): start the runs from a directory outside
+both. Started from a checkout, the coordinator and the workers (forkserver children) were seen
+importing ``zephon`` from that checkout, whatever ``PYTHONPATH`` said, while the training process
+ran the other tree: the comparison then measures one tree against a mix.
 """
 
 from __future__ import annotations

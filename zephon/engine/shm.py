@@ -199,10 +199,10 @@ class PrivateBuffers:
 
     When the coordinator copies a worker result out of its slot (because the worker's other
     slots are all held as views), fresh memory for every copy would cost a page fault and the
-    kernel's zeroing per page — more than the copy itself. Buffers come back here when the last view of a copy
-    dies (the copy's root is a view over a ``memoryview`` of the buffer, so every view made from
-    it keeps that root, and only it, alive), and sizes are rounded to powers of two to be found
-    again.
+    kernel's zeroing per page — more than the copy itself. A buffer comes back here once the
+    last view of its copy has died (the copy's root is a view over a ``memoryview`` of the
+    buffer, so every view made from it keeps that root, and only it, alive; the next ``copy``
+    collects the deaths), and sizes are rounded to powers of two to be found again.
     """
 
     def __init__(self, keep: int) -> None:

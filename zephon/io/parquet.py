@@ -222,9 +222,9 @@ class ParquetShardReader:
     def _groups(self, groups: np.ndarray, columns: list[str] | None,
                 per_group: list[np.ndarray] | None = None,
                 forward: bool = False) -> list[pa.Table]:
-        """The decoded row groups ``groups``; ``per_group`` (the rows read from each) lets the
-        cache drop a row group once every row of it has been read; ``forward`` (the read continues the
-        previous one) starts decoding the row groups after ``groups``."""
+        """The decoded row groups ``groups``. ``per_group`` (the rows read from each) lets the
+        cache drop a row group once every row of it has been read; ``forward`` (the read
+        continues the previous one) starts decoding the row groups after ``groups``."""
         key_cols = None if columns is None else tuple(columns)
         found: dict[int, pa.Table] = {}
         if self._cache is None:

@@ -36,11 +36,20 @@ class FakeChunk:
 
 
 class FakeDataset:
-    def __init__(self, name: str, shards: int, per_shard: int, text_words: int = 6) -> None:
+    def __init__(self, name: str, shards: int, per_shard: int, text_words: int = 6,
+                 row_group_rows: int | None = None) -> None:
         self.name = name
         self.shards = shards
         self.per_shard = per_shard
         self.text_words = text_words
+        self.row_group_rows = row_group_rows
+
+    def row_group_starts(self, shard_id: int):
+        """Row groups as a Parquet shard would have them (the engine then splits micro-batches
+        by row-group owner: zephon/engine/ownership.py); None: no row groups."""
+        if self.row_group_rows is None:
+            return None
+        return np.append(np.arange(0, self.per_shard, self.row_group_rows), self.per_shard)
 
     def read_table(self, shard_id: int, rows) -> pa.Table:
         rows = np.asarray(rows, dtype=np.int64)
@@ -89,10 +98,10 @@ class FakeWorkSource:
 
 
 def make_source(records: int = 600, shards: int = 3, datasets: int = 2, chunk: int = 50,
-                seed: int = 5) -> FakeWorkSource:
+                seed: int = 5, row_group_rows: int | None = None) -> FakeWorkSource:
     per = records // (shards * datasets)
-    return FakeWorkSource([FakeDataset(f"ds{i}", shards, per) for i in range(datasets)],
-                          chunk_size=chunk, seed=seed)
+    return FakeWorkSource([FakeDataset(f"ds{i}", shards, per, row_group_rows=row_group_rows)
+                           for i in range(datasets)], chunk_size=chunk, seed=seed)
 
 
 # -- user functions for map_transform (module level: pickled by reference) --------------------
@@ -223,3 +232,9 @@ def scenario(kind: str) -> None:
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     scenario(sys.argv[1])
+
+
+def record_pid(p: dict) -> dict:
+    """Which process fetched the record (a worker, with the process engine)."""
+    p["pid"] = os.getpid()
+    return p

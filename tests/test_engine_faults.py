@@ -15,8 +15,10 @@ from conftest import shm_entries
 from zephon import Pipeline
 from zephon.engine import wire
 from zephon.engine.lane_plan import LanePlan
+from zephon.engine.ownership import Ownership
 from zephon.engine.plan import compile_plan
 from zephon.engine.process import ProcessEngine
+from zephon.engine.source import lane_pointer_blocks
 from zephon.engine.worker import WorkerCrashedError
 from zephon.ops.base import BaseOp, OpTraits
 from zephon.ops.errors import ZephonError
@@ -29,16 +31,37 @@ def ids(units) -> list:
     return [tuple(u.ids) for u in units]
 
 
-def pipeline(fn, records=600, **opts) -> Pipeline:
-    return (Pipeline(F.make_source(records=records, datasets=1, shards=1, chunk=40, seed=0))
+def pipeline(fn, records=600, row_groups=None, **opts) -> Pipeline:
+    return (Pipeline(F.make_source(records=records, datasets=1, shards=1, chunk=40, seed=0,
+                                   row_group_rows=row_groups))
             .map_transform(fn).batch(10).options(micro_batch_size=20, **opts))
 
 
-def test_worker_killed_mid_block_is_replaced_and_stream_unchanged(tmp_path):
+@pytest.mark.parametrize("row_groups", [None, 8], ids=["whole", "row-group-owners"])
+def test_worker_killed_mid_block_is_replaced_and_stream_unchanged(tmp_path, row_groups):
     marker = str(tmp_path / "killed")
     want = ids(pipeline(F.add_length, num_workers=0))
-    got = ids(pipeline(F.KillOnce(marker, at=333), num_workers=2))
+    got = ids(pipeline(F.KillOnce(marker, at=333), num_workers=2, row_groups=row_groups))
     assert os.path.exists(marker)  # a worker really died on record 333
+    assert got == want
+
+
+def test_worker_killed_holding_one_part_of_a_split_micro_batch(tmp_path):
+    """Two datasets with row groups: micro-batches go out in parts, one per row-group owner
+    (ownership.py). The part whose worker dies is redone with the rest of its micro-batch."""
+    marker = str(tmp_path / "killed")
+
+    def make(fn, **opts):
+        return (Pipeline(F.make_source(records=600, datasets=2, shards=2, chunk=60, seed=3,
+                                       row_group_rows=6))
+                .map_transform(fn).batch(10).options(micro_batch_size=20, **opts))
+
+    ws = F.make_source(records=600, datasets=2, shards=2, chunk=60, seed=3, row_group_rows=6)
+    own = Ownership(ws.datasets, 2, 20)
+    assert all(len(own.split(b)) == 2 for b in lane_pointer_blocks(ws, 0, 1, 20))
+    want = ids(make(F.add_length, num_workers=0))
+    got = ids(make(F.KillOnce(marker, at=233), num_workers=2))
+    assert os.path.exists(marker)
     assert got == want
 
 
@@ -69,10 +92,12 @@ def test_a_block_that_keeps_killing_workers_ends_the_run():
     assert "max_worker_retries=1" in str(info.value)
 
 
-@pytest.mark.parametrize("runner", ["process", "threads"])
-def test_exception_at_record_57_reaches_the_loop(runner):
+@pytest.mark.parametrize("runner,row_groups", [("process", None), ("threads", None),
+                                               ("process", 8)])
+def test_exception_at_record_57_reaches_the_loop(runner, row_groups):
     got, inline, errors = [], [], []
-    for out, opts in ((got, dict(num_workers=2, runner=runner)), (inline, dict(num_workers=0))):
+    for out, opts in ((got, dict(num_workers=2, runner=runner, row_groups=row_groups)),
+                      (inline, dict(num_workers=0))):
         with pytest.raises(UserFunctionError) as info:
             for b in pipeline(F.boom_at_57, **opts):
                 out.append(tuple(b.ids))

@@ -16,8 +16,8 @@ from zephon.options import RuntimeOptions
 from zephon.types import SampleBatch
 
 
-def build(records: bool = False, **opts) -> Pipeline:
-    p = (Pipeline(F.make_source(records=600, chunk=50, seed=5))
+def build(records: bool = False, row_groups: int | None = None, **opts) -> Pipeline:
+    p = (Pipeline(F.make_source(records=600, chunk=50, seed=5, row_group_rows=row_groups))
          .map_transform(F.add_length).map_transform(F.drop_sevens))
     if not records:
         p = p.batch(7)
@@ -52,6 +52,10 @@ CASES = {
                                   shm_slot_bytes=4096),
     "process-3-deep-queues": dict(num_workers=3, shm_slots=8, prefetch_batches=32),
     "process-2-spawn": dict(num_workers=2, start_method="spawn"),
+    # datasets with row groups: micro-batches go out cut by row-group owner (ownership.py)
+    "process-2-row-groups": dict(num_workers=2, row_groups=8),
+    "process-3-row-groups-tiny-queues": dict(num_workers=3, row_groups=4, shm_slots=1,
+                                             prefetch_batches=1),
     "threads-2": dict(num_workers=2, runner="threads"),
     "threads-3-tiny-queues": dict(num_workers=3, runner="threads", shm_slots=1),
 }
@@ -64,7 +68,8 @@ def test_batches_identical_to_inline(case):
     assert got == reference()
 
 
-@pytest.mark.parametrize("case", ["process-2", "process-2-tiny-queues", "threads-2"])
+@pytest.mark.parametrize("case", ["process-2", "process-2-tiny-queues", "threads-2",
+                                  "process-2-row-groups"])
 def test_records_identical_to_inline(case):
     got = [signature(u) for u in build(records=True, **CASES[case])]
     assert len(got) > 400

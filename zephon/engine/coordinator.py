@@ -14,8 +14,11 @@ takes whichever of its results arrived first. Blocks are issued ahead (up to ``w
 slots`` outstanding, spread over the lanes that have the fewest in hand) and the block a lane
 is waiting for is always issued, so no lane can starve.
 
-Faults. A dead worker's unfinished sequence numbers are issued again (to any worker), with the
-same pointers; ``max_worker_retries`` deaths on one block end the run with an error naming it.
+A block goes to the workers as one task per row-group owner (``ownership.py``: each small
+Parquet row group is decoded by one worker only); the parts' results are put back in pointer
+order before the lane sees them.
+
+Faults. A dead worker's unfinished blocks are issued again, whole, with the same pointers; ``max_worker_retries`` deaths on one block end the run with an error naming it.
 An exception in an operator travels, packed with its traceback, to the point of the stream where
 the inline engine would have raised it, and from there to the training loop.
 """
@@ -37,11 +40,13 @@ import cloudpickle
 from zephon.arrow_memory import use_decode_pool
 from zephon.engine import cleanup, metrics, shm, wire
 from zephon.engine.lane import Prepared, held_by_op, pointer_end, round_robin_states
+from zephon.engine.ownership import Ownership, merge
 from zephon.engine.worker import WorkerCrashedError, WorkerPool
 from zephon.ops.base import OpContext, StageInfo
 
 log = logging.getLogger("zephon.engine")
 
+_PENDING = object()  # a part whose result has not arrived
 FRAME_UNITS = 64  # units per output frame at most: bounds what one held batch pins
 
 
@@ -261,11 +266,14 @@ class Coordinator(LaneScheduler):
         self.cfg = cfg
         self.attempts: dict[int, int] = {}
         self.out = OutputRing(conn, cfg, self.wait)
+        # a micro-batch goes out as one task per row-group owner (ownership.py)
+        self.ownership = Ownership.for_plan(lane_plan, cfg.workers)
         spec = {"prefix": cfg.prefix, "ops": ops_blob, "slots": cfg.slots,
+                "any_order": self.ownership is not None and self.ownership.any_order,
                 "slot_bytes": cfg.slot_bytes, "parent": cleanup.identity(),
                 "log_level": cfg.log_level, "workers": cfg.workers}
         self.pool = WorkerPool(mp_context(cfg.start_method, "zephon.engine.worker"), spec,
-                               cfg.workers, cfg.max_retries, on_result=self.complete,
+                               cfg.workers, cfg.max_retries, on_result=self._part_done,
                                on_failure=self._failed, on_lost=self._lost,
                                fork_first=cfg.start_method == "forkserver"
                                and "fork" in multiprocessing.get_all_start_methods())
@@ -274,13 +282,45 @@ class Coordinator(LaneScheduler):
             op.setup(ctx)
         self.runners = [lane_plan.runner(lane, self.prepared(lane), ctx) for lane in self.lanes]
         self.out.held_fn = lambda: held_by_op(self.runners)
+        self.task_of: dict[int, tuple[int, int]] = {}  # task -> (seq, part)
+        self.parts: dict[int, list] = {}  # seq -> its parts' results (_PENDING until in)
+        self.next_task = 0
 
     # transport
     def free_capacity(self) -> bool:
         return self.pool.has_free()
 
     def send(self, seq: int, block) -> None:
-        self.pool.submit(seq, block)
+        parts = self.ownership.split(block) if self.ownership else [(None, block)]
+        self.parts[seq] = [_PENDING] * len(parts)
+        tasks = []
+        for i in range(len(parts)):  # all registered first: a death while sending redoes all
+            self.task_of[self.next_task] = (seq, i)
+            tasks.append(self.next_task)
+            self.next_task += 1
+        for task, (worker, part) in zip(tasks, parts):
+            self.pool.submit(task, part, worker)
+
+    def _part_done(self, task: int, result) -> None:
+        """A part's result; the micro-batch is complete once its last part is in (an error in
+        any part is the micro-batch's error)."""
+        entry = self.task_of.pop(task, None)
+        if entry is None:  # a part of an attempt given up (a worker died on another part)
+            return
+        seq, i = entry
+        got = self.parts[seq]
+        got[i] = result
+        if any(r is _PENDING for r in got):
+            return
+        del self.parts[seq]
+        failed = next((r for r in got if isinstance(r, Failure)), None)
+        self.complete(seq, failed or merge(got))
+
+    def _forget(self, seq: int) -> None:
+        """Give up an attempt at ``seq``: results of its other parts will be ignored."""
+        self.parts.pop(seq, None)
+        for task in [t for t, (s, _) in self.task_of.items() if s == seq]:
+            del self.task_of[task]
 
     def wait(self) -> None:
         self.out.flush()  # never sit on finished units while waiting for more
@@ -298,11 +338,13 @@ class Coordinator(LaneScheduler):
         except (EOFError, OSError):
             raise _Stop from None
 
-    def _failed(self, seq: int, packed) -> None:
-        self.complete(seq, Failure(wire.RemoteError(packed)))
+    def _failed(self, task: int, packed) -> None:
+        self._part_done(task, Failure(wire.RemoteError(packed)))
 
-    def _lost(self, seqs: list[int], why: str) -> None:
+    def _lost(self, tasks: list[int], why: str) -> None:
+        seqs = sorted({self.task_of[t][0] for t in tasks if t in self.task_of})
         for seq in seqs:
+            self._forget(seq)
             n = self.attempts[seq] = self.attempts.get(seq, 0) + 1
             if n <= self.cfg.max_retries:
                 self.resend([seq])

@@ -2,17 +2,19 @@
 
 Each worker owns ``ZEPHON_SHM_SLOTS`` slots of shared memory (``shm.SlotPool``). With each task
 the coordinator assigns one of them: it writes the task's pointer block into the slot and sends
-``(seq, slot, length)``; the worker copies the pointers out, runs the operators, writes the
-result frame into the same slot and answers ``(seq, slot, length)``. A worker is never given
+``(task, slot, length)``; the worker copies the pointers out, runs the operators, writes the
+result frame into the same slot and answers ``(task, slot, length)``. A worker is never given
 more tasks than it has slots, so a pool whose slots all hold results the coordinator has not
 taken stops the coordinator from handing it work (backpressure), and the pipes carry nothing but
 descriptors.
 
-``WorkerPool`` is the coordinator's side: it starts the workers, picks the least loaded one for
-each task, reads results in place (zero-copy views that hand the slot back when the serial
-stage drops them; past ``slots - 1`` held slots per worker a result is copied out instead, so
-every worker can always take new work), and replaces a worker that dies, reporting the sequence
-numbers it held so the scheduler can redo exactly those.
+``WorkerPool`` is the coordinator's side: it starts the workers, queues each task on the worker
+that owns its row groups (``ownership.py``) or else on the least loaded one, sends it as soon as
+that worker has a free slot, reads results in place (zero-copy views that hand the slot back
+when the serial stage drops them; past ``slots - 1`` held slots per worker a result is copied
+out instead, so every worker can always take new work), and replaces a worker that dies,
+reporting the tasks it held so the scheduler can redo exactly those; its queued tasks wait for
+the replacement.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import multiprocessing.connection as mpc
 import os
 import signal
 import time
+from collections import deque
 
 import cloudpickle
 import numpy as np
@@ -78,6 +81,8 @@ def worker_main(conn, spec: dict) -> None:
                         num_workers=spec["workers"])
         for op in ops:
             op.setup(ctx)
+        if spec.get("any_order"):  # the coordinator orders our results (engine/ownership.py)
+            ops[0].restore_order = False
         pool = shm.SlotPool(spec["prefix"], f"w{index}.{spec['generation']}_", spec["slots"],
                             spec["slot_bytes"])
     except BaseException as e:
@@ -128,7 +133,8 @@ def _result(pool: shm.SlotPool, seq: int, slot: int, block) -> tuple:
 
 
 class _Worker:
-    __slots__ = ("index", "generation", "proc", "conn", "views", "free", "inflight", "ready")
+    __slots__ = ("index", "generation", "proc", "conn", "views", "free", "inflight", "ready",
+                 "queue")
 
     def __init__(self, index: int, generation: int, proc, conn) -> None:
         self.index = index
@@ -137,8 +143,9 @@ class _Worker:
         self.conn = conn
         self.views = shm.SlotViews()
         self.free: list[int] = []
-        self.inflight: dict[int, int] = {}  # slot -> seq
+        self.inflight: dict[int, int] = {}  # slot -> task
         self.ready = False
+        self.queue: deque = deque()  # (task, block) waiting for one of its slots
 
 
 class WorkerPool:
@@ -178,24 +185,44 @@ class WorkerPool:
         return _Worker(index, generation, proc, here)
 
     def has_free(self) -> bool:
+        """Can one more task go out now: some worker has a slot that no queued task awaits."""
         self._reclaim()
-        return any(w.ready and w.free for w in self.workers)
+        self._pump_all()
+        return any(w.ready and len(w.free) > len(w.queue) for w in self.workers)
 
     def _reclaim(self) -> None:
         for w, slot in self.leases.returned():
             if self.workers[w.index] is w:  # a dead worker's slots are not coming back
                 w.free.append(slot)
 
-    def submit(self, seq: int, block) -> None:
-        w = max((w for w in self.workers if w.ready and w.free), key=lambda w: len(w.free))
+    def submit(self, task: int, block, worker: int | None = None) -> None:
+        """Queue ``block`` as ``task`` on ``worker`` (its owner), or on the least loaded one;
+        it goes out as soon as that worker has a free slot."""
+        if worker is None:
+            w = max((w for w in self.workers if w.ready), key=lambda w: len(w.free) - len(w.queue),
+                    default=self.workers[0])
+        else:
+            w = self.workers[worker]
+        w.queue.append((task, block))
+        self._pump(w)
+
+    def _pump_all(self) -> None:
+        for w in list(self.workers):
+            self._pump(w)
+
+    def _pump(self, w: _Worker) -> None:
+        while w.ready and w.free and w.queue and self.workers[w.index] is w:
+            self._send(w, *w.queue.popleft())
+
+    def _send(self, w: _Worker, task: int, block) -> None:
         slot = w.free.pop()
-        w.inflight[slot] = seq
+        w.inflight[slot] = task
         writer = wire.FrameWriter(memoryview(w.views.map(slot)))
         if writer.add("block", block):
-            msg = ("task", seq, slot, writer.finish(), None)
+            msg = ("task", task, slot, writer.finish(), None)
         else:  # a slot configured smaller than a pointer block: the pointers ride the pipe
             frame = wire.write_frame([("block", block, None)])
-            msg = ("task", seq, slot, len(frame), frame.tobytes())
+            msg = ("task", task, slot, len(frame), frame.tobytes())
         try:
             w.conn.send(msg)
         except OSError:  # it died before we noticed: this task is redone with its others
@@ -211,6 +238,8 @@ class WorkerPool:
                 self._drain(by_conn[r])
             elif r in by_sentinel:
                 self._died(by_sentinel[r])
+        self._reclaim()
+        self._pump_all()  # slots freed by these results take the queued tasks
         return [r for r in ready if any(r is e for e in extra)]
 
     def _drain(self, w: _Worker) -> None:
@@ -283,7 +312,8 @@ class WorkerPool:
                     f"{self.early_deaths[w.index]} times in a row")))
         log.warning("zephon: worker %d (pid %s) %s; starting a replacement, redoing %d "
                     "micro-batch(es)", w.index, w.proc.pid, why, len(lost))
-        self.workers[w.index] = self._start(w.index, w.generation + 1)
+        self.workers[w.index] = fresh = self._start(w.index, w.generation + 1)
+        fresh.queue = w.queue  # tasks not sent yet wait for the replacement
         if lost:
             self.on_lost(lost, why)
 

@@ -16,12 +16,20 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from zephon.io import download_ahead, read_ahead
 from zephon.io.discovery import Catalog, discover
 from zephon.io.jsonl import JsonlShardReader
 from zephon.io.lines import compression_of
-from zephon.io.local_copy import Resources, ShardRef, local_jsonl, local_parquet, remote_jsonl_index
+from zephon.io.local_copy import (
+    Resources,
+    ShardRef,
+    cached_parquet,
+    local_jsonl,
+    local_parquet,
+    remote_jsonl_index,
+)
 from zephon.io.memory import InMemoryShard, MemoryShardReader
 from zephon.io.options import StoreOptions, resolve_store
 from zephon.io.parquet import ParquetShardReader
@@ -42,6 +50,7 @@ class _Runtime:
         self.lock = threading.Lock()
         self.opening: dict[int, threading.Lock] = {}
         self.last_opened: int | None = None  # catalog position of the shard opened last
+        self.row_groups: dict[int, np.ndarray | None] = {}  # shard -> row_group_starts()
 
 
 class Dataset:
@@ -301,6 +310,30 @@ class Dataset:
         if self._fmt != "parquet" or not read_ahead.enabled:
             return
         self._reader(shard_id).read_ahead_rows(np.asarray(rows, dtype=np.int64))
+
+    def row_group_starts(self, shard_id: int) -> np.ndarray | None:
+        """The first row of each row group of a Parquet shard, then its row count, read from the
+        footer of a file on this machine (once per process); None for other formats, for remote
+        shards not copied here yet (learning it would cost a request) and for a file that
+        cannot be read (its reader reports that, naming it)."""
+        if self._fmt != "parquet" or self._memory is not None:
+            return None
+        rt = self._rt()
+        sid = int(shard_id)
+        if sid in rt.row_groups:
+            return rt.row_groups[sid]
+        ref = self._ref(sid)
+        path = ref.location.path(ref.name) if ref.location.is_local else cached_parquet(ref, rt.res)
+        starts = None
+        if path is not None:
+            try:
+                meta = pq.read_metadata(path)
+                counts = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+                starts = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))
+            except (OSError, pa.ArrowException):
+                starts = None
+        rt.row_groups[sid] = starts
+        return starts
 
     def read_payloads(self, shard_id: int, rows: np.ndarray | Sequence[int]) -> list:
         """Rows of one shard as fresh Python payloads (exact dicts for JSONL and Parquet)."""

@@ -31,6 +31,10 @@ class FetchOp(BaseOp):
         self.datasets = list(datasets)
         self.parallelism = parallelism
         self.max_batch = max_batch or DEFAULT_FETCH_BATCH
+        # False: records come out grouped by shard (their meta in step), not in pointer order;
+        # set in worker processes whose results the coordinator puts in order anyway
+        # (engine/ownership.py), which saves a copy of every record
+        self.restore_order = True
 
     def traits(self) -> OpTraits:
         return OpTraits(preserves_cursor_order=True, parallelism=self.parallelism or 1)
@@ -72,7 +76,11 @@ class FetchOp(BaseOp):
             except (pa.ArrowInvalid, pa.ArrowTypeError):
                 payloads = [r for p in parts for r in self._as_payloads(p)]
                 return Block(block.meta, [payloads[i] for i in inverse.tolist()], block.lineage)
-            if len(parts) > 1 or not np.array_equal(order, np.arange(n)):
+            in_order = np.array_equal(order, np.arange(n))
+            if not self.restore_order and not in_order:
+                meta = {k: v[order] for k, v in block.meta.items()}
+                return Block(meta, table, block.lineage[order], frozenset(sparse))
+            if len(parts) > 1 or not in_order:
                 table = take_table(table, inverse)
             return Block(block.meta, table, block.lineage, frozenset(sparse))
         payloads = [r for p in parts for r in p]

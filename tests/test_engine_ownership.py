@@ -141,3 +141,29 @@ def test_a_fetch_in_shard_order_merges_to_the_ordered_fetch(mixture_dir):
         assert back.payload.equals(want.payload)
         assert all(np.array_equal(back.meta[k], want.meta[k]) for k in want.meta)
     assert mixed > 5  # the shard-order fetch really returned another order
+
+
+def test_explain_says_whether_row_groups_have_owners(mixture_dir):
+    p = pipeline(mixture_dir, num_workers=2)
+    assert "row-group owners: on" in p.explain()
+    p.options(num_workers=1)
+    assert "row-group owners: off (fewer than 2 worker processes)" in p.explain()
+    assert "row-group owners" not in pipeline(mixture_dir, num_workers=0).explain()
+
+
+def test_a_shard_gone_since_discovery_has_no_row_groups_and_its_read_names_it(tmp_path):
+    from zephon.io.errors import ShardMissingError
+
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        for s in range(2):
+            pq.write_table(pa.table({"text": [f"{name}{s}-{i}" for i in range(100)]}),
+                           tmp_path / name / f"part-{s}.parquet", row_group_size=32)
+    ds = [Dataset.from_path(n, tmp_path / n) for n in ("a", "b")]
+    (tmp_path / "b" / "part-1.parquet").unlink()
+    assert ds[1].row_group_starts(1) is None
+    assert ds[1].row_group_starts(0).tolist() == [0, 32, 64, 96, 100]
+    ws = StaticMixtureWorkSource(ds, MixtureSpec({"a": 0.5, "b": 0.5}), seed=1)
+    p = Pipeline(ws).batch(8).options(num_workers=2, micro_batch_size=32)
+    with pytest.raises(ShardMissingError, match="part-1.parquet"):
+        list(p)

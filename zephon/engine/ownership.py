@@ -14,8 +14,9 @@ It applies when (``for_plan``):
 - every worker-stage operator works record by record: it keeps record order and does not care
   how records are grouped into calls (``OpTraits``; ``validate()`` holds user operators to it),
   so a part gives the same records as the whole would;
-- per shard, the file is local Parquet (row groups read from its footer; a remote shard is
-  learnt once it is in the node cache) with row groups of at most ``OWNED_MICRO_BATCHES``
+- per shard, the file is local Parquet (row groups read from its footer; a remote shard only
+  if the node cache already holds it when the coordinator first meets it: learning a remote
+  footer would cost a request) with row groups of at most ``OWNED_MICRO_BATCHES``
   micro-batches. A larger row group would keep one worker alone on a dataset for many
   micro-batches while the other waited; its rows go with the rest of the micro-batch.
 
@@ -51,16 +52,25 @@ class Ownership:
         # ``merge`` sorts them, so only operators that see each record alone may run there
         self.any_order = False
 
+    @staticmethod
+    def why_not(worker_ops: Sequence, workers: int) -> str | None:
+        """Why row groups get no owners with these worker-stage operators (None: they do)."""
+        if workers < 2:
+            return "fewer than 2 worker processes"
+        if not worker_ops or not hasattr(worker_ops[0], "datasets"):
+            return "no fetch in the worker stage"
+        for op in worker_ops:
+            traits = op.traits()
+            if not traits.preserves_cursor_order or traits.batch_shape_sensitive:
+                return f"{op.op_name} needs its micro-batches whole"
+        return None
+
     @classmethod
     def for_plan(cls, lane_plan, workers: int) -> Ownership | None:
         """The plan's ownership, or None where it does not apply."""
         ops = lane_plan.plan.worker_ops
-        if workers < 2 or not ops or not hasattr(ops[0], "datasets"):
+        if cls.why_not(ops, workers) is not None:
             return None
-        for op in ops:
-            traits = op.traits()
-            if not traits.preserves_cursor_order or traits.batch_shape_sensitive:
-                return None
         own = cls(ops[0].datasets, workers, lane_plan.micro)
         own.any_order = isinstance(ops[0], FetchOp) and all(
             isinstance(op, _RECORD_BY_RECORD) for op in ops[1:])

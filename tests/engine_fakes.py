@@ -238,3 +238,10 @@ def record_pid(p: dict) -> dict:
     """Which process fetched the record (a worker, with the process engine)."""
     p["pid"] = os.getpid()
     return p
+
+
+def boom_on_every_fifth(p: dict) -> dict:
+    """Fails on many records: which one an engine reports shows the order it met them in."""
+    if p["id"] % 5 == 0:
+        raise ValueError(f"cannot handle record {p['id']}")
+    return p

@@ -8,6 +8,7 @@ import signal
 import time
 
 import engine_fakes as F
+import numpy as np
 import psutil
 import pytest
 from conftest import shm_entries
@@ -112,6 +113,36 @@ def test_exception_at_record_57_reaches_the_loop(runner, row_groups):
         assert 'in boom_at_57\n    raise ValueError' in remote.text
     else:  # same process: the original traceback object itself
         assert any(f.co_name == "boom_at_57" for f in _frames(e.__cause__.__traceback__))
+
+
+def test_a_split_micro_batch_fails_on_the_record_inline_fails_on():
+    """Several bad records in one micro-batch cut into parts by row-group owner: the parts (each
+    read in shard order) meet another bad record first, so the block is redone whole and in
+    order, and the error names the record the inline engine names."""
+    def source():
+        return F.make_source(records=600, datasets=2, shards=2, chunk=60, seed=3,
+                             row_group_rows=6)
+
+    def first_error(**opts):
+        p = (Pipeline(source()).map_transform(F.boom_on_every_fifth).batch(10)
+             .options(micro_batch_size=20, **opts))
+        with pytest.raises(UserFunctionError) as info:
+            list(p)
+        return info.value.sample_id
+
+    def bad(meta):  # what boom_on_every_fifth rejects (a fake record's id: shard * 150 + row)
+        return (meta["shard_id"] * 150 + meta["sample_idx"]) % 5 == 0
+
+    # the case at hand: the first part, read in shard order, meets another bad record first
+    ws = source()
+    block = next(b for b in lane_pointer_blocks(ws, 0, 1, 20) if bad(b.meta).any())
+    (_, part), *_ = Ownership(ws.datasets, 2, 20).split(block)
+    order = np.lexsort((part.meta["shard_id"], part.meta["dataset_id"]))
+    in_shard_order = bad(part.meta)[order]
+    assert in_shard_order.any()
+    assert (part.ids()[int(order[np.argmax(in_shard_order)])]
+            != block.ids()[int(np.argmax(bad(block.meta)))])
+    assert first_error(num_workers=2) == first_error(num_workers=0)
 
 
 def _frames(tb):

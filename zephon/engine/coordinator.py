@@ -16,9 +16,11 @@ is waiting for is always issued, so no lane can starve.
 
 A block goes to the workers as one task per row-group owner (``ownership.py``: each small
 Parquet row group is decoded by one worker only); the parts' results are put back in pointer
-order before the lane sees them.
+order before the lane sees them. A block whose parts failed is redone unsplit and in pointer
+order, so that the error raised is the one inline would raise (the first failing record).
 
-Faults. A dead worker's unfinished blocks are issued again, whole, with the same pointers; ``max_worker_retries`` deaths on one block end the run with an error naming it.
+Faults. A dead worker's unfinished blocks are issued again (all their parts), with the same
+pointers; ``max_worker_retries`` deaths on one block end the run with an error naming it.
 An exception in an operator travels, packed with its traceback, to the point of the stream where
 the inline engine would have raised it, and from there to the training loop.
 """
@@ -284,6 +286,7 @@ class Coordinator(LaneScheduler):
         self.out.held_fn = lambda: held_by_op(self.runners)
         self.task_of: dict[int, tuple[int, int]] = {}  # task -> (seq, part)
         self.parts: dict[int, list] = {}  # seq -> its parts' results (_PENDING until in)
+        self.whole: set[int] = set()  # seqs going out unsplit and in order after a failure
         self.next_task = 0
 
     # transport
@@ -291,7 +294,10 @@ class Coordinator(LaneScheduler):
         return self.pool.has_free()
 
     def send(self, seq: int, block) -> None:
-        parts = self.ownership.split(block) if self.ownership else [(None, block)]
+        if self.ownership is None or seq in self.whole:
+            parts, ordered = [(None, block)], True
+        else:
+            parts, ordered = self.ownership.split(block), not self.ownership.any_order
         self.parts[seq] = [_PENDING] * len(parts)
         tasks = []
         for i in range(len(parts)):  # all registered first: a death while sending redoes all
@@ -299,11 +305,10 @@ class Coordinator(LaneScheduler):
             tasks.append(self.next_task)
             self.next_task += 1
         for task, (worker, part) in zip(tasks, parts):
-            self.pool.submit(task, part, worker)
+            self.pool.submit(task, part, worker, ordered)
 
     def _part_done(self, task: int, result) -> None:
-        """A part's result; the micro-batch is complete once its last part is in (an error in
-        any part is the micro-batch's error)."""
+        """A part's result; the micro-batch is complete once its last part is in."""
         entry = self.task_of.pop(task, None)
         if entry is None:  # a part of an attempt given up (a worker died on another part)
             return
@@ -314,6 +319,13 @@ class Coordinator(LaneScheduler):
             return
         del self.parts[seq]
         failed = next((r for r in got if isinstance(r, Failure)), None)
+        if failed is not None and self.ownership is not None and seq not in self.whole:
+            # parts (or records in shard order) may fail on another record first than the whole
+            # micro-batch would: redo it whole and in order, which fails exactly as inline does
+            self.whole.add(seq)
+            self.resend([seq])
+            return
+        self.whole.discard(seq)
         self.complete(seq, failed or merge(got))
 
     def _forget(self, seq: int) -> None:

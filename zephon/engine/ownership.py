@@ -32,14 +32,13 @@ import numpy as np
 
 from zephon.block import Block
 from zephon.ops.decode_text import DecodeTextOp
-from zephon.ops.fetch import FetchOp
+from zephon.ops.fetch import FetchOp, shard_runs
 from zephon.ops.map_transform import MapTransformOp
 from zephon.ops.tokenize import TokenizeOp
 
 OWNED_MICRO_BATCHES = 2
 # built-in operators that handle each record on its own: order within a call cannot matter
 _RECORD_BY_RECORD = (DecodeTextOp, MapTransformOp, TokenizeOp)
-_SHARD_BITS = 40  # (dataset, shard) as one int64 key: shard ids stay below 2**40
 
 
 class Ownership:
@@ -47,7 +46,7 @@ class Ownership:
         self.datasets = list(datasets)
         self.workers = int(workers)
         self.max_rows = OWNED_MICRO_BATCHES * int(micro)
-        self._starts: dict[int, np.ndarray | None] = {}  # (dataset, shard) key -> row groups
+        self._starts: dict[tuple[int, int], np.ndarray | None] = {}  # (dataset, shard) -> rows
         # whether the workers may return records in any order (``FetchOp.restore_order``):
         # ``merge`` sorts them, so only operators that see each record alone may run there
         self.any_order = False
@@ -76,9 +75,9 @@ class Ownership:
             isinstance(op, _RECORD_BY_RECORD) for op in ops[1:])
         return own
 
-    def _row_groups(self, key: int) -> np.ndarray | None:
+    def _row_groups(self, d: int, s: int) -> np.ndarray | None:
+        key = (d, s)
         if key not in self._starts:
-            d, s = key >> _SHARD_BITS, key & ((1 << _SHARD_BITS) - 1)
             starts = None
             if 0 <= d < len(self.datasets):
                 starts = getattr(self.datasets[d], "row_group_starts", lambda _: None)(s)
@@ -90,23 +89,18 @@ class Ownership:
     def owners(self, block: Block) -> np.ndarray:
         """Each pointer's owner (a worker index), or -1 for none."""
         m = block.meta
-        n = len(block)
-        owner = np.full(n, -1, dtype=np.int64)
-        keys = (m["dataset_id"].astype(np.int64) << _SHARD_BITS) | m["shard_id"].astype(np.int64)
-        order = np.argsort(keys, kind="stable")
-        sorted_keys = keys[order]
-        cuts = np.flatnonzero(sorted_keys[1:] != sorted_keys[:-1]) + 1
-        for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), n]):
-            key = int(sorted_keys[a])
-            starts = self._row_groups(key)
+        owner = np.full(len(block), -1, dtype=np.int64)
+        order, bounds = shard_runs(block)
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            idx = order[a:b]
+            d, s = int(m["dataset_id"][idx[0]]), int(m["shard_id"][idx[0]])
+            starts = self._row_groups(d, s)
             if starts is None:
                 continue
-            idx = order[a:b]
             group = np.searchsorted(starts, m["sample_idx"][idx], side="right") - 1
             # consecutive row groups of a shard alternate between workers; the shard and the
             # dataset shift the pattern so that the datasets' current row groups spread out too
-            owner[idx] = (group + (key >> _SHARD_BITS) + (key & ((1 << _SHARD_BITS) - 1))) \
-                % self.workers
+            owner[idx] = (group + d + s) % self.workers
         return owner
 
     def split(self, block: Block) -> list[tuple[int | None, Block]]:

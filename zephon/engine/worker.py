@@ -81,8 +81,8 @@ def worker_main(conn, spec: dict) -> None:
                         num_workers=spec["workers"])
         for op in ops:
             op.setup(ctx)
-        if spec.get("any_order"):  # the coordinator orders our results (engine/ownership.py)
-            ops[0].restore_order = False
+        # whether results may come back in shard order: the coordinator sorts them (ownership.py)
+        any_order = bool(spec.get("any_order"))
         pool = shm.SlotPool(spec["prefix"], f"w{index}.{spec['generation']}_", spec["slots"],
                             spec["slot_bytes"])
     except BaseException as e:
@@ -91,12 +91,12 @@ def worker_main(conn, spec: dict) -> None:
         return
     conn.send(("hello", pool.names, os.getpid()))
     try:
-        _serve(conn, ops, pool)
+        _serve(conn, ops, pool, any_order)
     finally:
         on_exit()
 
 
-def _serve(conn, ops, pool: shm.SlotPool) -> None:
+def _serve(conn, ops, pool: shm.SlotPool, any_order: bool = False) -> None:
     while True:
         try:
             msg = conn.recv()
@@ -104,7 +104,8 @@ def _serve(conn, ops, pool: shm.SlotPool) -> None:
             return
         if msg[0] == "stop":
             return
-        _, seq, slot, length, inline = msg
+        _, seq, slot, length, inline, ordered = msg
+        ops[0].restore_order = ordered or not any_order
         # a task on this slot proves the coordinator has mapped its current segment
         shm.created.discard(pool.names[slot])
         root = wire.private_copy(inline if inline is not None else pool.maps[slot], length)
@@ -145,7 +146,7 @@ class _Worker:
         self.free: list[int] = []
         self.inflight: dict[int, int] = {}  # slot -> task
         self.ready = False
-        self.queue: deque = deque()  # (task, block) waiting for one of its slots
+        self.queue: deque = deque()  # (task, block, ordered) waiting for one of its slots
 
 
 class WorkerPool:
@@ -195,15 +196,16 @@ class WorkerPool:
             if self.workers[w.index] is w:  # a dead worker's slots are not coming back
                 w.free.append(slot)
 
-    def submit(self, task: int, block, worker: int | None = None) -> None:
+    def submit(self, task: int, block, worker: int | None = None, ordered: bool = False) -> None:
         """Queue ``block`` as ``task`` on ``worker`` (its owner), or on the least loaded one;
-        it goes out as soon as that worker has a free slot."""
+        it goes out as soon as that worker has a free slot. ``ordered``: its records must come
+        back in pointer order, even where the workers may return them in shard order."""
         if worker is None:
             w = max((w for w in self.workers if w.ready), key=lambda w: len(w.free) - len(w.queue),
                     default=self.workers[0])
         else:
             w = self.workers[worker]
-        w.queue.append((task, block))
+        w.queue.append((task, block, ordered))
         self._pump(w)
 
     def _pump_all(self) -> None:
@@ -214,15 +216,15 @@ class WorkerPool:
         while w.ready and w.free and w.queue and self.workers[w.index] is w:
             self._send(w, *w.queue.popleft())
 
-    def _send(self, w: _Worker, task: int, block) -> None:
+    def _send(self, w: _Worker, task: int, block, ordered: bool) -> None:
         slot = w.free.pop()
         w.inflight[slot] = task
         writer = wire.FrameWriter(memoryview(w.views.map(slot)))
         if writer.add("block", block):
-            msg = ("task", task, slot, writer.finish(), None)
+            msg = ("task", task, slot, writer.finish(), None, ordered)
         else:  # a slot configured smaller than a pointer block: the pointers ride the pipe
             frame = wire.write_frame([("block", block, None)])
-            msg = ("task", task, slot, len(frame), frame.tobytes())
+            msg = ("task", task, slot, len(frame), frame.tobytes(), ordered)
         try:
             w.conn.send(msg)
         except OSError:  # it died before we noticed: this task is redone with its others

@@ -47,7 +47,7 @@ class FetchOp(BaseOp):
         if n == 0:
             return block.with_table(pa.table({}))
         rows = block.meta["sample_idx"]
-        order, bounds = _shard_runs(block)
+        order, bounds = shard_runs(block)
         key_d, key_s = block.meta["dataset_id"][order], block.meta["shard_id"][order]
         parts: list = []
         columnar = True
@@ -93,7 +93,7 @@ class FetchOp(BaseOp):
         if not len(block):
             return
         rows = block.meta["sample_idx"]
-        order, bounds = _shard_runs(block)
+        order, bounds = shard_runs(block)
         for a, b in zip(bounds[:-1], bounds[1:]):
             i = order[a]
             hint = getattr(self.datasets[int(block.meta["dataset_id"][i])], "read_ahead", None)
@@ -108,7 +108,7 @@ class FetchOp(BaseOp):
         return list(part)
 
 
-def _shard_runs(block: Block) -> tuple[np.ndarray, list[int]]:
+def shard_runs(block: Block) -> tuple[np.ndarray, list[int]]:
     """(order, bounds): the block's pointers stably sorted by (dataset, shard), and where each
     (dataset, shard) run starts and ends in that order."""
     ds_ids, shards = block.meta["dataset_id"], block.meta["shard_id"]

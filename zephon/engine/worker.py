@@ -36,6 +36,7 @@ from zephon.engine.lane import apply_ops
 from zephon.io import read_ahead
 from zephon.ops.base import OpContext, StageInfo
 from zephon.ops.errors import ZephonError
+from zephon.ops.fetch import FetchOp
 
 log = logging.getLogger("zephon.engine")
 
@@ -105,7 +106,8 @@ def _serve(conn, ops, pool: shm.SlotPool, any_order: bool = False) -> None:
         if msg[0] == "stop":
             return
         _, seq, slot, length, inline, ordered = msg
-        ops[0].restore_order = ordered or not any_order
+        if isinstance(ops[0], FetchOp):
+            ops[0].restore_order = ordered or not any_order
         # a task on this slot proves the coordinator has mapped its current segment
         shm.created.discard(pool.names[slot])
         root = wire.private_copy(inline if inline is not None else pool.maps[slot], length)

@@ -167,3 +167,30 @@ def test_a_shard_gone_since_discovery_has_no_row_groups_and_its_read_names_it(tm
     p = Pipeline(ws).batch(8).options(num_workers=2, micro_batch_size=32)
     with pytest.raises(ShardMissingError, match="part-1.parquet"):
         list(p)
+
+
+class _LateLayout:
+    """A dataset whose row groups become known only after a while (a remote shard that a worker
+    downloads into the node cache)."""
+
+    def __init__(self, known_after: int) -> None:
+        self.calls = 0
+        self.known_after = known_after
+
+    def row_group_starts(self, shard_id: int):
+        self.calls += 1
+        return None if self.calls <= self.known_after else np.array([0, 16, 32])
+
+
+def test_a_shard_of_unknown_layout_is_looked_up_again_now_and_then():
+    from zephon.engine.ownership import ASK_AGAIN
+
+    late = _LateLayout(known_after=2)
+    own = Ownership([late], 2, 16)
+    block = Block.from_pointers(np.zeros(32, np.int64), np.zeros(32, np.int64),
+                                np.arange(32, dtype=np.int64), lane_id=0, chunk_id=0,
+                                chunk_offset=np.arange(32, dtype=np.int64))
+    seen = [bool((own.owners(block) >= 0).all()) for _ in range(3 * ASK_AGAIN)]
+    # asked at the 1st, (ASK_AGAIN + 1)th and (2 ASK_AGAIN + 1)th block: known at the third
+    assert late.calls == 3
+    assert seen.index(True) == 2 * ASK_AGAIN and all(seen[2 * ASK_AGAIN:])

@@ -229,6 +229,14 @@ def test_warm_and_prefetcher_fill_the_cache(s3, bucket, cache_dir):
     assert cache_stats(ds)["downloads"] == 2  # reads used the warmed copies
 
 
+def test_row_groups_of_a_remote_shard_are_known_once_it_is_in_the_node_cache(s3, bucket):
+    put(s3, bucket, "p/a.parquet", parquet_bytes(records(30), row_group_size=8))
+    ds = Dataset.from_path("pq", f"s3://{bucket}/p", storage_options=s3["storage_options"])
+    assert ds.row_group_starts(0) is None  # learning it now would cost a request
+    ds.warm([0])
+    assert ds.row_group_starts(0).tolist() == [0, 8, 16, 24, 30]
+
+
 def test_prefetcher_keeps_errors_for_the_fetch_to_report(s3, bucket):
     _, ds = indexed_jsonl(s3, bucket, shards=2, rows=3)
     s3_client(s3["endpoint"]).delete_object(Bucket=bucket, Key="ds/part-0.jsonl")

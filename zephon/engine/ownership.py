@@ -14,9 +14,9 @@ It applies when (``for_plan``):
 - every worker-stage operator works record by record: it keeps record order and does not care
   how records are grouped into calls (``OpTraits``; ``validate()`` holds user operators to it),
   so a part gives the same records as the whole would;
-- per shard, the file is local Parquet (row groups read from its footer; a remote shard only
-  if the node cache already holds it when the coordinator first meets it: learning a remote
-  footer would cost a request) with row groups of at most ``OWNED_MICRO_BATCHES``
+- per shard, the file is local Parquet (row groups read from its footer; a remote shard once
+  it is in the node cache, looked up again every ``ASK_AGAIN`` blocks until then: learning a
+  remote footer would cost a request) with row groups of at most ``OWNED_MICRO_BATCHES``
   micro-batches. A larger row group would keep one worker alone on a dataset for many
   micro-batches while the other waited; its rows go with the rest of the micro-batch.
 
@@ -37,6 +37,9 @@ from zephon.ops.map_transform import MapTransformOp
 from zephon.ops.tokenize import TokenizeOp
 
 OWNED_MICRO_BATCHES = 2
+# a shard whose row groups are unknown (remote, not in the node cache yet) is looked up again
+# every this many blocks that read it: once a worker has downloaded it, its row groups get owners
+ASK_AGAIN = 8
 # built-in operators that handle each record on its own: order within a call cannot matter
 _RECORD_BY_RECORD = (DecodeTextOp, MapTransformOp, TokenizeOp)
 
@@ -47,6 +50,7 @@ class Ownership:
         self.workers = int(workers)
         self.max_rows = OWNED_MICRO_BATCHES * int(micro)
         self._starts: dict[tuple[int, int], np.ndarray | None] = {}  # (dataset, shard) -> rows
+        self._asked: dict[tuple[int, int], int] = {}  # blocks that met a shard of unknown layout
         # whether the workers may return records in any order (``FetchOp.restore_order``):
         # ``merge`` sorts them, so only operators that see each record alone may run there
         self.any_order = False
@@ -77,14 +81,20 @@ class Ownership:
 
     def _row_groups(self, d: int, s: int) -> np.ndarray | None:
         key = (d, s)
-        if key not in self._starts:
+        if key in self._starts:
+            return self._starts[key]
+        asked = self._asked[key] = self._asked.get(key, 0) + 1
+        if asked % ASK_AGAIN != 1:  # unknown so far (a remote shard not downloaded yet)
+            return None
+        starts = None
+        if 0 <= d < len(self.datasets):
+            starts = getattr(self.datasets[d], "row_group_starts", lambda _: None)(s)
+        if starts is None:
+            return None
+        if len(starts) < 2 or np.diff(starts).max() > self.max_rows:
             starts = None
-            if 0 <= d < len(self.datasets):
-                starts = getattr(self.datasets[d], "row_group_starts", lambda _: None)(s)
-            if starts is not None and (len(starts) < 2 or np.diff(starts).max() > self.max_rows):
-                starts = None
-            self._starts[key] = starts
-        return self._starts[key]
+        self._starts[key] = starts
+        return starts
 
     def owners(self, block: Block) -> np.ndarray:
         """Each pointer's owner (a worker index), or -1 for none."""

@@ -313,9 +313,10 @@ class Dataset:
 
     def row_group_starts(self, shard_id: int) -> np.ndarray | None:
         """The first row of each row group of a Parquet shard, then its row count, read from the
-        footer of a file on this machine (once per process); None for other formats, for remote
-        shards not copied here yet (learning it would cost a request) and for a file that
-        cannot be read (its reader reports that, naming it)."""
+        footer of a file on this machine (once per process); None for other formats, for a
+        remote shard not in the node cache yet (learning it would cost a request; asked again,
+        it looks again) and for a file that cannot be read (its reader reports that, naming
+        it)."""
         if self._fmt != "parquet" or self._memory is not None:
             return None
         rt = self._rt()
@@ -324,14 +325,14 @@ class Dataset:
             return rt.row_groups[sid]
         ref = self._ref(sid)
         path = ref.location.path(ref.name) if ref.location.is_local else cached_parquet(ref, rt.res)
-        starts = None
-        if path is not None:
-            try:
-                meta = pq.read_metadata(path)
-                counts = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-                starts = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))
-            except (OSError, pa.ArrowException):
-                starts = None
+        if path is None:
+            return None
+        try:
+            meta = pq.read_metadata(path)
+            counts = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+            starts = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))
+        except (OSError, pa.ArrowException):
+            starts = None
         rt.row_groups[sid] = starts
         return starts
 

@@ -295,9 +295,12 @@ class Coordinator(LaneScheduler):
 
     def send(self, seq: int, block) -> None:
         if self.ownership is None or seq in self.whole:
-            parts, ordered = [(None, block)], True
+            parts = [(None, block)]
         else:
-            parts, ordered = self.ownership.split(block), not self.ownership.any_order
+            parts = self.ownership.split(block)
+        # parts are sorted here anyway (merge): their workers need not restore pointer order; a
+        # block sent whole comes back in order, and merge has nothing to do
+        ordered = len(parts) == 1 or not self.ownership.any_order
         self.parts[seq] = [_PENDING] * len(parts)
         tasks = []
         for i in range(len(parts)):  # all registered first: a death while sending redoes all

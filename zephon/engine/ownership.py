@@ -51,8 +51,9 @@ class Ownership:
         self.max_rows = OWNED_MICRO_BATCHES * int(micro)
         self._starts: dict[tuple[int, int], np.ndarray | None] = {}  # (dataset, shard) -> rows
         self._asked: dict[tuple[int, int], int] = {}  # blocks that met a shard of unknown layout
-        # whether the workers may return records in any order (``FetchOp.restore_order``):
-        # ``merge`` sorts them, so only operators that see each record alone may run there
+        # whether the workers may return the parts of a split block in shard order
+        # (``FetchOp.restore_order``): ``merge`` sorts them, so only operators that see each
+        # record alone may run there
         self.any_order = False
 
     @staticmethod

@@ -194,3 +194,28 @@ def test_a_shard_of_unknown_layout_is_looked_up_again_now_and_then():
     # asked at the 1st, (ASK_AGAIN + 1)th and (2 ASK_AGAIN + 1)th block: known at the third
     assert late.calls == 3
     assert seen.index(True) == 2 * ASK_AGAIN and all(seen[2 * ASK_AGAIN:])
+
+
+def test_datasets_with_different_columns_keep_the_inline_column_order(tmp_path):
+    """Three datasets, each with a column of its own: parts of a micro-batch would join their
+    tables in another column order than the whole, so micro-batches then go out whole."""
+    names = ("code", "web", "books")
+    for name in names:
+        (tmp_path / name).mkdir()
+        for s in range(2):
+            n = 120
+            pq.write_table(pa.table({f"only_{name}": list(range(n)),
+                                     "text": [f"{name}-{s}-{i}" for i in range(n)]}),
+                           tmp_path / name / f"part-{s}.parquet", row_group_size=32)
+
+    def stream(workers):
+        ds = [Dataset.from_path(n, tmp_path / n) for n in names]
+        ws = StaticMixtureWorkSource(ds, MixtureSpec({"code": 0.02, "web": 0.18, "books": 0.8}),
+                                     seed=3)
+        p = Pipeline(ws).batch(8).options(micro_batch_size=16, num_workers=workers)
+        return [(tuple(b.ids), b.block.payload.column_names, b.block.payload_list())
+                for b in p]
+
+    inline = stream(0)
+    assert len({tuple(cols) for _, cols, _ in inline}) > 1  # the column order varies
+    assert stream(2) == inline

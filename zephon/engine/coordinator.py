@@ -42,7 +42,7 @@ import cloudpickle
 from zephon.arrow_memory import use_decode_pool
 from zephon.engine import cleanup, metrics, shm, wire
 from zephon.engine.lane import Prepared, held_by_op, pointer_end, round_robin_states
-from zephon.engine.ownership import Ownership, merge
+from zephon.engine.ownership import Ownership, merge, same_columns
 from zephon.engine.worker import WorkerCrashedError, WorkerPool
 from zephon.ops.base import OpContext, StageInfo
 
@@ -294,7 +294,7 @@ class Coordinator(LaneScheduler):
         return self.pool.has_free()
 
     def send(self, seq: int, block) -> None:
-        if self.ownership is None or seq in self.whole:
+        if self.ownership is None or self.ownership.whole_only or seq in self.whole:
             parts = [(None, block)]
         else:
             parts = self.ownership.split(block)
@@ -322,9 +322,14 @@ class Coordinator(LaneScheduler):
             return
         del self.parts[seq]
         failed = next((r for r in got if isinstance(r, Failure)), None)
-        if failed is not None and self.ownership is not None and seq not in self.whole:
+        mixed = failed is None and len(got) > 1 and not same_columns(got)
+        if (failed is not None or mixed) and self.ownership is not None \
+                and seq not in self.whole:
             # parts (or records in shard order) may fail on another record first than the whole
-            # micro-batch would: redo it whole and in order, which fails exactly as inline does
+            # micro-batch would; parts of datasets with different columns would join them in
+            # another order. Redo it whole and in order: exactly what inline does
+            if mixed:  # and from now on, send every micro-batch whole
+                self.ownership.whole_only = True
             self.whole.add(seq)
             self.resend([seq])
             return

@@ -22,6 +22,8 @@ It applies when (``for_plan``):
 
 Pointers without an owner (JSONL, memory, large row groups) join the smallest part. A
 micro-batch all of whose pointers have one owner is not cut at all, only sent to that owner.
+Datasets with different columns stop the cutting (``same_columns``): their parts would join the
+columns in another order than the whole micro-batch lists them.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ class Ownership:
         # (``FetchOp.restore_order``): ``merge`` sorts them, so only operators that see each
         # record alone may run there
         self.any_order = False
+        # set once parts came back with different columns (``same_columns``): split no more
+        self.whole_only = False
 
     @staticmethod
     def why_not(worker_ops: Sequence, workers: int) -> str | None:
@@ -127,6 +131,14 @@ class Ownership:
         if len(used) == 1:
             return [(int(used[0]), block)]
         return [(int(w), block.take(np.flatnonzero(owner == w))) for w in used.tolist()]
+
+
+def same_columns(parts: list[Block | None]) -> bool:
+    """Whether the parts' results have the same columns in the same order. Only then do they
+    join as the whole micro-batch would: tables join with the columns of the first one first,
+    and the whole micro-batch lists the columns of its first shard first."""
+    names = {tuple(p.column_names()) if p.columnar else None for p in parts if p is not None}
+    return len(names) <= 1
 
 
 def merge(parts: list[Block | None]) -> Block | None:

@@ -98,6 +98,7 @@ def worker_main(conn, spec: dict) -> None:
 
 
 def _serve(conn, ops, pool: shm.SlotPool, any_order: bool = False) -> None:
+    fetch = ops[0] if ops and isinstance(ops[0], FetchOp) else None
     while True:
         try:
             msg = conn.recv()
@@ -106,8 +107,8 @@ def _serve(conn, ops, pool: shm.SlotPool, any_order: bool = False) -> None:
         if msg[0] == "stop":
             return
         _, seq, slot, length, inline, ordered = msg
-        if isinstance(ops[0], FetchOp):
-            ops[0].restore_order = ordered or not any_order
+        if fetch is not None:
+            fetch.restore_order = ordered or not any_order
         # a task on this slot proves the coordinator has mapped its current segment
         shm.created.discard(pool.names[slot])
         root = wire.private_copy(inline if inline is not None else pool.maps[slot], length)

@@ -32,7 +32,7 @@ from zephon.io.local_copy import (
 )
 from zephon.io.memory import InMemoryShard, MemoryShardReader
 from zephon.io.options import StoreOptions, resolve_store
-from zephon.io.parquet import ParquetShardReader
+from zephon.io.parquet import ParquetShardReader, group_starts
 from zephon.io.storage import Location
 
 __all__ = ["Dataset"]
@@ -328,9 +328,7 @@ class Dataset:
         if path is None:
             return None
         try:
-            meta = pq.read_metadata(path)
-            counts = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-            starts = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))
+            starts = group_starts(pq.read_metadata(path))
         except (OSError, pa.ArrowException):
             starts = None
         rt.row_groups[sid] = starts

@@ -136,10 +136,7 @@ class ParquetShardReader:
         # first read from row 0 too)
         self._next_row = 0
         self._open()
-        meta = self._file.metadata
-        counts = np.array([meta.row_group(i).num_rows for i in range(meta.num_row_groups)],
-                          dtype=np.int64)
-        self.rg_starts = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+        self.rg_starts = group_starts(self._file.metadata)
         self.rows = int(self.rg_starts[-1])
         self.columns = list(self._file.schema_arrow.names)
         if ref.rows is not None and self.rows != ref.rows:
@@ -390,6 +387,12 @@ class ParquetShardReader:
 
     def read_payloads(self, rows: np.ndarray) -> list[dict]:
         return self.read_table(rows).to_pylist()
+
+
+def group_starts(meta: pq.FileMetaData) -> np.ndarray:
+    """The first row of each row group, then the file's row count (int64)."""
+    counts = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    return np.concatenate(([0], np.cumsum(counts, dtype=np.int64))).astype(np.int64)
 
 
 def _open_local(path: str, metadata: Any = None) -> pq.ParquetFile:

@@ -160,6 +160,57 @@ def test_indexed_dataset_opens_with_one_request(s3, bucket, monkeypatch):
     assert calls.count("list_objects_v2") == 0 and len(calls) <= 2  # GET (+ HEAD in cat_file)
 
 
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_a_shard_download_is_one_get(s3, bucket, monkeypatch, fmt):
+    """The size is known from index.json, so s3fs is not left to look it up (a HEAD) before
+    the GET; the bytes are the same."""
+    import s3fs
+
+    if fmt == "jsonl":
+        upload_jsonl(s3, bucket, shards=2, rows=30)
+        want = records(30, start=100)
+    else:
+        for s in range(2):
+            put(s3, bucket, f"ds/part-{s}.parquet", parquet_bytes(records(30, start=s * 100)))
+        want = records(30, start=100)
+    build_index(fmt, f"s3://{bucket}/ds", progress=False, storage_options=s3["storage_options"])
+    ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
+    s3fs.S3FileSystem(**s3["storage_options"]).invalidate_cache()  # nothing known from a listing
+    calls = []
+    original = s3fs.S3FileSystem._call_s3
+
+    async def counted(self, method, *args, **kwargs):
+        calls.append((method, kwargs.get("Key")))
+        return await original(self, method, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", counted)
+    ds.warm([1])
+    assert calls == [("get_object", f"ds/part-1.{fmt}")]
+    assert ds.read_table(1, list(range(30))).to_pylist() == want
+    assert len(calls) == 1  # read from the node cache
+
+
+def test_shard_larger_than_s3fs_block_keeps_its_ranged_gets(s3, bucket, monkeypatch):
+    """Above s3fs's block size its own choice (parallel ranged GETs after a HEAD) stands."""
+    import s3fs
+
+    _, ds = indexed_jsonl(s3, bucket, shards=1, rows=40)
+    size = int(ds._catalog.sizes[0])
+    fs = s3fs.S3FileSystem(**s3["storage_options"])
+    monkeypatch.setattr(fs, "default_block_size", size // 3)
+    calls = []
+    original = s3fs.S3FileSystem._call_s3
+
+    async def counted(self, method, *args, **kwargs):
+        calls.append((method, kwargs.get("Range")))
+        return await original(self, method, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", counted)
+    assert ds.read_payloads(0, [39]) == [records(40)[39]]
+    gets = [r for m, r in calls if m == "get_object"]
+    assert len(gets) >= 3 and all(r is not None for r in gets)
+
+
 def test_shard_deleted_after_discovery_names_it(s3, bucket):
     _, ds = indexed_jsonl(s3, bucket, shards=2, rows=5)
     s3_client(s3["endpoint"]).delete_object(Bucket=bucket, Key="ds/part-1.jsonl")

@@ -134,7 +134,7 @@ WHOLE_GET_BYTES = 64 << 20
 def _open_source(ref: ShardRef) -> Any:
     try:
         if not ref.location.is_local and 0 < (ref.size or 0) <= WHOLE_GET_BYTES:
-            return io.BytesIO(ref.location.read_bytes(ref.name))
+            return io.BytesIO(ref.location.read_bytes(ref.name, ref.size))
         return ref.location.open(ref.name, "rb")
     except FileNotFoundError as e:
         raise ref.missing(e) from e

@@ -8,6 +8,7 @@ configuration (``FSSPEC_S3_ENDPOINT_URL`` and friends) applies in every worker.
 
 from __future__ import annotations
 
+import inspect
 import os
 import posixpath
 import threading
@@ -124,8 +125,15 @@ class Location:
     def info(self, name: str) -> ObjectInfo:
         return ObjectInfo(name, *_size_version(self.fs.info(self.path(name))))
 
-    def read_bytes(self, name: str) -> bytes:
-        return self.fs.cat_file(self.path(name))
+    def read_bytes(self, name: str, size: int | None = None) -> bytes:
+        """The whole object. Given its ``size`` (from the listing or index.json), one request:
+        s3fs otherwise asks the store for the size first (a HEAD) to choose between one GET
+        and ranged GETs, and on moto's server that HEAD cost the client a third of a 4 MB
+        shard's GET and the server half of its work (benchmarks/bench_io.py)."""
+        fs, path = self.fs, self.path(name)
+        if size is not None and 0 < size <= _one_get_limit(fs):
+            return fs.cat_file(path, max_concurrency=1)
+        return fs.cat_file(path)
 
     def open(self, name: str, mode: str = "rb", **kwargs: Any) -> Any:
         return self.fs.open(self.path(name), mode, **kwargs)
@@ -134,6 +142,25 @@ class Location:
         path = self.path(name)
         starts, ends = list(starts), list(ends)
         return self.fs.cat_ranges([path] * len(starts), starts, ends)
+
+
+_HAS_ONE_GET: dict[type, bool] = {}
+
+
+def _one_get_limit(fs: Any) -> int:
+    """The largest object ``fs.cat_file(path, max_concurrency=1)`` fetches exactly as the plain
+    call would, minus the size lookup: s3fs makes one GET up to its block size and ranged GETs
+    in parallel above it (which stay its choice). 0 for filesystems without that option."""
+    cls = type(fs)
+    known = _HAS_ONE_GET.get(cls)
+    if known is None:
+        try:
+            params = inspect.signature(cls._cat_file).parameters  # async filesystems only
+        except (AttributeError, TypeError, ValueError):
+            params = {}
+        known = _HAS_ONE_GET[cls] = ("max_concurrency" in params
+                                        and hasattr(fs, "max_concurrency"))
+    return int(getattr(fs, "default_block_size", 0) or 0) if known else 0
 
 
 def _size_version(info: dict[str, Any]) -> tuple[int, str]:

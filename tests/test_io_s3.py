@@ -139,6 +139,21 @@ def test_missing_prefix_is_file_not_found(s3, bucket):
                           storage_options=s3["storage_options"])
 
 
+def s3_calls(monkeypatch) -> list[tuple[str, dict]]:
+    """Every request s3fs makes from here on: (method, its parameters)."""
+    import s3fs
+
+    calls: list[tuple[str, dict]] = []
+    original = s3fs.S3FileSystem._call_s3
+
+    async def counted(self, method, *args, **kwargs):
+        calls.append((method, kwargs))
+        return await original(self, method, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", counted)
+    return calls
+
+
 def test_indexed_dataset_opens_with_one_request(s3, bucket, monkeypatch):
     """index.json proves the root exists: no HEAD / LIST of the prefix before reading it."""
     import s3fs
@@ -147,17 +162,11 @@ def test_indexed_dataset_opens_with_one_request(s3, bucket, monkeypatch):
     build_index("jsonl", f"s3://{bucket}/ds", progress=False,
                 storage_options=s3["storage_options"])
     s3fs.S3FileSystem(**s3["storage_options"]).invalidate_cache()  # a cold listing
-    calls = []
-    original = s3fs.S3FileSystem._call_s3
-
-    async def counted(self, method, *args, **kwargs):
-        calls.append(method)
-        return await original(self, method, *args, **kwargs)
-
-    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", counted)
+    calls = s3_calls(monkeypatch)
     ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
     assert ds.counts().tolist() == [5, 5]
-    assert calls.count("list_objects_v2") == 0 and len(calls) <= 2  # GET (+ HEAD in cat_file)
+    methods = [m for m, _ in calls]
+    assert "list_objects_v2" not in methods and len(methods) <= 2  # GET (+ HEAD in cat_file)
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
@@ -176,16 +185,9 @@ def test_a_shard_download_is_one_get(s3, bucket, monkeypatch, fmt):
     build_index(fmt, f"s3://{bucket}/ds", progress=False, storage_options=s3["storage_options"])
     ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
     s3fs.S3FileSystem(**s3["storage_options"]).invalidate_cache()  # nothing known from a listing
-    calls = []
-    original = s3fs.S3FileSystem._call_s3
-
-    async def counted(self, method, *args, **kwargs):
-        calls.append((method, kwargs.get("Key")))
-        return await original(self, method, *args, **kwargs)
-
-    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", counted)
+    calls = s3_calls(monkeypatch)
     ds.warm([1])
-    assert calls == [("get_object", f"ds/part-1.{fmt}")]
+    assert [(m, kw.get("Key")) for m, kw in calls] == [("get_object", f"ds/part-1.{fmt}")]
     assert ds.read_table(1, list(range(30))).to_pylist() == want
     assert len(calls) == 1  # read from the node cache
 
@@ -198,16 +200,9 @@ def test_shard_larger_than_s3fs_block_keeps_its_ranged_gets(s3, bucket, monkeypa
     size = int(ds._catalog.sizes[0])
     fs = s3fs.S3FileSystem(**s3["storage_options"])
     monkeypatch.setattr(fs, "default_block_size", size // 3)
-    calls = []
-    original = s3fs.S3FileSystem._call_s3
-
-    async def counted(self, method, *args, **kwargs):
-        calls.append((method, kwargs.get("Range")))
-        return await original(self, method, *args, **kwargs)
-
-    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", counted)
+    calls = s3_calls(monkeypatch)
     assert ds.read_payloads(0, [39]) == [records(40)[39]]
-    gets = [r for m, r in calls if m == "get_object"]
+    gets = [kw.get("Range") for m, kw in calls if m == "get_object"]
     assert len(gets) >= 3 and all(r is not None for r in gets)
 
 

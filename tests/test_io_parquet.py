@@ -224,6 +224,22 @@ def test_forward_reads_decode_the_next_row_groups_ahead(tmp_path, shards, monkey
     assert len(ahead) >= 5  # most row groups were decoded before the reader asked for them
 
 
+def test_a_second_pass_decodes_ahead_again(tmp_path, shards, monkeypatch):
+    """Row groups read to the end are not guessed again within the pass; reading one again
+    starts a new pass (the next epoch), and guesses resume."""
+    decoded = _decodes_by_thread(monkeypatch)
+    ds = Dataset.from_path("pq", tmp_path / "d")
+    for _ in range(2):
+        got = []
+        for a in range(0, 95, 7):
+            got += ds.read_table(1, np.arange(a, min(a + 7, 95))).to_pylist()
+            _settle()
+        assert got == shards[1]
+    assert sorted(i for i, _ in decoded) == sorted(list(range(10)) * 2)
+    second = [name for _, name in decoded[len(decoded) // 2:]]
+    assert sum(name.startswith("zephon-read-ahead") for name in second) >= 5
+
+
 def test_no_read_ahead_for_scattered_reads_or_when_disabled(tmp_path, shards, monkeypatch):
     from zephon.io import read_ahead
 
@@ -320,3 +336,19 @@ def test_threads_reading_one_shard_decode_in_parallel_and_each_row_group_once(
     assert got == [[shards[0][i] for i in rows] for rows in spans]
     assert sorted(decoded) == list(range(10))  # each row group once
     assert most[0] >= 2  # and not one at a time
+
+
+def test_threads_runner_decodes_each_row_group_once(tmp_path, shards, monkeypatch):
+    """Its workers finish row groups out of order: a forward guess made after the slower
+    worker's read must not decode again a row group the faster one has read to the end."""
+    from zephon import Pipeline
+    from zephon.work import MixtureSpec, StaticMixtureWorkSource
+
+    decoded = _decodes_by_thread(monkeypatch)
+    ds = Dataset.from_path("pq", tmp_path / "d")
+    ws = StaticMixtureWorkSource([ds], MixtureSpec({"pq": 1.0}), seed=0, chunk_size=95)
+    p = Pipeline(ws).batch(5).options(num_workers=2, runner="threads", micro_batch_size=15)
+    rows = sum(len(b) for b in p)
+    _settle()
+    assert rows == 285
+    assert sorted(i for i, _ in decoded) == sorted(list(range(10)) * 3)  # 3 shards, 10 groups

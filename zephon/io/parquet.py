@@ -72,19 +72,21 @@ class RowGroupCache:
             while self._bytes > self.limit_bytes and self._items:
                 self._drop(next(iter(self._items)))
 
-    def note_reads(self, key: tuple, rows: np.ndarray) -> None:
+    def note_reads(self, key: tuple, rows: np.ndarray) -> bool:
         """``rows`` (positions inside the row group) of the cached row group ``key`` were
-        read; once every row of it has been, it is dropped."""
+        read; once every row of it has been, it is dropped (True)."""
         with self._lock:
             table = self._items.get(key)
             if table is None:
-                return
+                return False
             unread = self._unread.get(key)
             if unread is None:
                 unread = self._unread[key] = np.ones(table.num_rows, dtype=bool)
             unread[rows] = False
-            if not unread.any():
-                self._drop(key)
+            if unread.any():
+                return False
+            self._drop(key)
+            return True
 
     def _drop(self, key: tuple) -> None:
         self._bytes -= self._items.pop(key).nbytes
@@ -132,6 +134,11 @@ class ParquetShardReader:
         # cache key -> its decode in flight (on a read-ahead thread or a reading thread)
         self._ahead: dict[tuple, Future] = {}
         self._ahead_lock = threading.Lock()
+        # row groups read to the end (and dropped) in this pass: no guess decodes them again.
+        # Readers on several threads (the threads runner) finish row groups out of order, and
+        # a forward guess after the slower one's read re-decoded the row group the faster one
+        # had just passed (21 of 120 decodes wasted, fetch + batch over one dataset)
+        self._passed: set[int] = set()
         # the row after the previous read's last one: a read starting there moves forward (a
         # first read from row 0 too)
         self._next_row = 0
@@ -230,6 +237,10 @@ class ParquetShardReader:
             with self._lock:
                 return self._decode(groups.tolist(), columns)
         url, name = self.ref.location.url, self.ref.name
+        if self._passed:
+            with self._ahead_lock:  # a passed row group read again: a new pass begins
+                if not self._passed.isdisjoint(groups.tolist()):
+                    self._passed.clear()
         keys: dict[int, tuple] = {}  # the cache entry each row group was served from
         for g in groups.tolist():
             keys[g] = key = (url, name, g, key_cols)
@@ -244,8 +255,10 @@ class ParquetShardReader:
         if missing:
             found.update(self._decode_missing(missing, columns, key_cols))
         if per_group is not None:
-            for g, sel in zip(groups.tolist(), per_group):
-                self._cache.note_reads(keys[g], sel)
+            with self._ahead_lock:  # dropped and marked passed at once, as a guess sees them
+                for g, sel in zip(groups.tolist(), per_group):
+                    if self._cache.note_reads(keys[g], sel):
+                        self._passed.add(g)
         self._read_ahead(int(groups[-1]), columns, key_cols, forward)
         return [found[g] for g in groups.tolist()]
 
@@ -330,7 +343,7 @@ class ParquetShardReader:
         for nxt in range(max(first, 0), min(first + READ_AHEAD, len(self.rg_starts) - 1)):
             key = (self.ref.location.url, self.ref.name, nxt, key_cols)
             with self._ahead_lock:
-                if key not in self._ahead and key not in self._cache:
+                if key not in self._ahead and key not in self._cache and nxt not in self._passed:
                     self._ahead[key] = read_ahead.submit(self._decode_into_cache, nxt, columns,
                                                          key)
 

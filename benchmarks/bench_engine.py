@@ -15,7 +15,11 @@
   training-process CPU microseconds per batch, per runner;
 - fetch + batch over Parquet (120k documents of ~2 KB) with 2 workers, records/s, against
   pyarrow reading the same files whole; target >= 80%. The same pipeline on the threads runner and
-  inline follows, for choosing a runner.
+  inline follows, for choosing a runner;
+- the machine's ceiling for that read with worker processes: a bare loader (no engine, no
+  coordinator) whose 2 processes decode every other row group whole into their own slots, the
+  consumer cutting 32-record batches as slices of the mapped frames, or gathering each batch
+  (what an interleaved mixture or a within-shard shuffle needs), against pyarrow.
 
 Compared measurements are taken turn about (best of three each), so that drift in the
 machine's load weighs on both sides alike.
@@ -247,6 +251,93 @@ def raw_parquet(path: Path) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def _row_groups(path: Path) -> list[tuple[str, int]]:
+    import pyarrow.parquet as pq
+
+    return [(str(f), g) for f in sorted(path.glob("*.parquet"))
+            for g in range(pq.ParquetFile(f).metadata.num_row_groups)]
+
+
+def _decoder(conn, prefix: str, path: Path, worker: int, workers: int, slots: int,
+             slot_bytes: int) -> None:
+    """A bare worker: every ``workers``-th row group decoded whole into its own slots."""
+    import pyarrow.parquet as pq
+
+    from zephon.arrow_memory import use_decode_pool
+
+    use_decode_pool()
+    pool = shm.SlotPool(prefix, f"bare{worker}_", slots, slot_bytes)
+    conn.send(pool.names)
+    free, files = list(range(slots)), {}
+    for f, g in _row_groups(path)[worker::workers]:
+        while not free:
+            free.extend(conn.recv())
+        slot = free.pop()
+        pf = files.get(f) or files.setdefault(f, pq.ParquetFile(f))
+        table = pf.read_row_group(g, use_threads=False)
+        writer = wire.FrameWriter(pool.view(slot))
+        if not writer.add("block", Block({"sample_idx": np.zeros(table.num_rows, np.int64)},
+                                         table)):
+            raise RuntimeError(f"row group {g} of {f} is larger than a slot")
+        conn.send((slot, writer.finish()))
+    conn.send(None)
+    conn.recv()  # the consumer is done with the slots
+
+
+def bare_loader(path: Path, gather: bool = False, workers: int = 2, slots: int = 4,
+                slot_bytes: int = 8 << 20) -> float:
+    """Records/s of the bare two-process loader: row group ``i`` comes from process
+    ``i % workers``, in order; batches of 32 are slices of the mapped frame, or with ``gather``
+    each is a take of 32 rows in a permuted order. Timed from the first frame."""
+    ctx = multiprocessing.get_context("spawn")
+    prefix = f"zephon_bench_{uuid.uuid4().hex[:8]}_"
+    pipes = [ctx.Pipe() for _ in range(workers)]
+    procs = [ctx.Process(target=_decoder, args=(there, prefix, path, w, workers, slots,
+                                                slot_bytes))
+             for w, (_, there) in enumerate(pipes)]
+    for proc in procs:
+        proc.start()
+    try:
+        views, leases = [], [shm.Leases() for _ in range(workers)]
+        for here, _ in pipes:
+            views.append(shm.SlotViews())
+            views[-1].attach_all(here.recv())
+        records, t0, w, ended = 0, None, 0, 0
+        rng = np.random.default_rng(0)
+        while ended < workers:
+            here = pipes[w][0]
+            msg = here.recv()
+            if msg is None:
+                ended += 1
+            else:
+                if t0 is None:
+                    t0 = time.perf_counter()
+                slot, n = msg
+                root = np.frombuffer(views[w].map(slot), np.uint8, count=n)
+                leases[w].lend(root, slot)
+                ((_, block, _),) = wire.read_frame(root)
+                table = block.payload
+                order = pa.array(rng.permutation(table.num_rows)) if gather else None
+                for a in range(0, table.num_rows, 32):
+                    batch = table.take(order[a:a + 32]) if gather else table.slice(a, 32)
+                    records += batch.num_rows
+                del root, block, table, batch, order
+                here.send(leases[w].returned())
+            w = (w + 1) % workers
+        rate = records / (time.perf_counter() - t0)
+        for here, _ in pipes:
+            here.send(None)
+        for proc in procs:
+            proc.join()
+        return rate
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        shm.sweep(prefix)
+
+
 def best(fn, *args, repeat: int = 3):
     return max(fn(*args) for _ in range(repeat))
 
@@ -291,6 +382,13 @@ def test_fetch_batch_parquet(benchmark, tmp_path_factory):
     benchmark.extra_info.update(records_per_s=rate, pyarrow_records_per_s=best(raw_parquet, path))
 
 
+@pytest.mark.parametrize("gather", [False, True], ids=["slices", "gathered"])
+def test_bare_two_process_loader(benchmark, tmp_path_factory, gather):
+    path = parquet_corpus(tmp_path_factory.mktemp("pq"), docs=10_000)
+    rate = benchmark.pedantic(bare_loader, args=(path, gather), rounds=3, iterations=1)
+    benchmark.extra_info.update(records_per_s=rate, pyarrow_records_per_s=best(raw_parquet, path))
+
+
 # -- comparative runner -------------------------------------------------------------------------
 
 
@@ -326,6 +424,11 @@ def main(argv: list[str] | None = None) -> int:
                              lambda: raw_parquet(path))
         rows.append((f"  same, runner {label}", f"{f:,.0f}", f"pyarrow {raw:,.0f}", f / raw,
                      None))
+    # what worker processes can reach on this machine without an engine: the ceiling
+    for label, gather in (("slices", False), ("gathered", True)):
+        f, raw = interleaved(lambda g=gather: bare_loader(path, g), lambda: raw_parquet(path))
+        rows.append((f"  bare 2-process loader, {label}", f"{f:,.0f}", f"pyarrow {raw:,.0f}",
+                     f / raw, None))
 
     print(f"{'benchmark':<38} {'zephon':>24} {'baseline':>24} {'ratio':>7} {'target':>7}")
     for name, a, b, ratio, target in rows:

@@ -276,6 +276,17 @@ def test_a_hint_decodes_where_the_next_reads_start(tmp_path, shards, monkeypatch
     assert len(decoded) == 2  # the read found both decoded
 
 
+def test_a_hint_at_a_passed_row_group_starts_a_new_pass(tmp_path, shards, monkeypatch):
+    ds = Dataset.from_path("pq", tmp_path / "d")
+    assert ds.read_table(2, np.arange(0, 95)).num_rows == 95  # every row group read through
+    _settle()
+    decoded = _decodes_by_thread(monkeypatch)
+    ds.read_ahead(2, np.arange(0, 20))  # the next epoch starts this shard again
+    _settle()
+    assert sorted(i for i, _ in decoded) == [0, 1]
+    assert all(name.startswith("zephon-read-ahead") for _, name in decoded)
+
+
 def test_the_inline_engine_hints_the_next_block(tmp_path, shards, monkeypatch):
     from zephon import Pipeline
     from zephon.io import read_ahead

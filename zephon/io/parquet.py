@@ -335,6 +335,9 @@ class ParquetShardReader:
         this shard (or jumps inside it) finds them decoded too."""
         if len(rows):
             first = int(np.searchsorted(self.rg_starts, int(rows.min()), side="right")) - 1
+            with self._ahead_lock:  # the pointer stream says so: a passed row group is read again
+                if first in self._passed:
+                    self._passed.clear()
             self._schedule(first, None, None)
 
     def _schedule(self, first: int, columns: list[str] | None, key_cols) -> None:

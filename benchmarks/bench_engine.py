@@ -318,10 +318,11 @@ def bare_loader(path: Path, gather: bool = False, workers: int = 2, slots: int =
                 ((_, block, _),) = wire.read_frame(root)
                 table = block.payload
                 order = pa.array(rng.permutation(table.num_rows)) if gather else None
+                batch = None
                 for a in range(0, table.num_rows, 32):
                     batch = table.take(order[a:a + 32]) if gather else table.slice(a, 32)
                     records += batch.num_rows
-                del root, block, table, batch, order
+                del root, block, table, batch, order  # the views die: the slot can go back
                 here.send(leases[w].returned())
             w = (w + 1) % workers
         rate = records / (time.perf_counter() - t0)

@@ -15,7 +15,8 @@
   training-process CPU microseconds per batch, per runner;
 - fetch + batch over Parquet (120k documents of ~2 KB) with 2 workers, records/s, against
   pyarrow reading the same files whole; target >= 80%. The same pipeline on the threads runner and
-  inline follows, for choosing a runner;
+  inline follows, for choosing a runner; then the same documents in 5000-row groups (row groups
+  of several micro-batches, as many real files have), with 2 workers and inline;
 - the machine's ceiling for that read with worker processes: a bare loader (no engine, no
   coordinator) whose 2 processes decode every other row group whole into their own slots, the
   consumer cutting 32-record batches as slices of the mapped frames, or gathering each batch
@@ -222,6 +223,21 @@ def parquet_corpus(root: Path, docs: int = 120_000) -> Path:
     return path
 
 
+def regrouped(path: Path, rows: int) -> Path:
+    """The corpus at ``path`` rewritten in row groups of ``rows`` (next to it, once): the same
+    documents laid out as many real Parquet files are, in row groups of many micro-batches."""
+    import pyarrow.parquet as pq
+
+    out = path.parent / f"{path.name}-rg{rows}"
+    if not out.exists():
+        tmp = path.parent / f".{out.name}-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
+        for f in sorted(path.glob("*.parquet")):
+            pq.write_table(pq.read_table(f), tmp / f.name, row_group_size=rows)
+        tmp.rename(out)
+    return out
+
+
 def fetch_batch(path: Path, workers: int, runner: str = "process") -> float:
     from zephon.io import Dataset
     from zephon.io.parquet import row_group_cache
@@ -377,8 +393,11 @@ def test_per_batch_overhead(benchmark, runner, workers):
     benchmark.extra_info.update(wall_us_per_batch=wall, training_cpu_us_per_batch=cpu)
 
 
-def test_fetch_batch_parquet(benchmark, tmp_path_factory):
+@pytest.mark.parametrize("group_rows", [1024, 5000], ids=["rg1024", "rg5000"])
+def test_fetch_batch_parquet(benchmark, tmp_path_factory, group_rows):
     path = parquet_corpus(tmp_path_factory.mktemp("pq"), docs=10_000)
+    if group_rows != 1024:
+        path = regrouped(path, group_rows)
     rate = benchmark.pedantic(fetch_batch, args=(path, 2), rounds=3, iterations=1)
     benchmark.extra_info.update(records_per_s=rate, pyarrow_records_per_s=best(raw_parquet, path))
 
@@ -425,6 +444,13 @@ def main(argv: list[str] | None = None) -> int:
                              lambda: raw_parquet(path))
         rows.append((f"  same, runner {label}", f"{f:,.0f}", f"pyarrow {raw:,.0f}", f / raw,
                      None))
+    # row groups of 5 micro-batches: each is decoded by its owner only, told a window ahead
+    big = regrouped(path, 5000)
+    for label, workers, runner in (("2 workers", 2, "process"), ("inline", 0, "inline")):
+        f, raw = interleaved(lambda w=workers, r=runner: fetch_batch(big, w, r),
+                             lambda: raw_parquet(big))
+        rows.append((f"  5000-row groups, {label}", f"{f:,.0f}", f"pyarrow {raw:,.0f}",
+                     f / raw, None))
     # what worker processes can reach on this machine without an engine: the ceiling
     for label, gather in (("slices", False), ("gathered", True)):
         f, raw = interleaved(lambda g=gather: bare_loader(path, g), lambda: raw_parquet(path))

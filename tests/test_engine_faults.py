@@ -58,7 +58,7 @@ def test_worker_killed_holding_one_part_of_a_split_micro_batch(tmp_path):
                 .map_transform(fn).batch(10).options(micro_batch_size=20, **opts))
 
     ws = F.make_source(records=600, datasets=2, shards=2, chunk=60, seed=3, row_group_rows=6)
-    own = Ownership(ws.datasets, 2, 20)
+    own = Ownership(ws.datasets, 2)
     assert all(len(own.split(b)) == 2 for b in lane_pointer_blocks(ws, 0, 1, 20))
     want = ids(make(F.add_length, num_workers=0))
     got = ids(make(F.KillOnce(marker, at=233), num_workers=2))
@@ -136,7 +136,7 @@ def test_a_split_micro_batch_fails_on_the_record_inline_fails_on():
     # the case at hand: the first part, read in shard order, meets another bad record first
     ws = source()
     block = next(b for b in lane_pointer_blocks(ws, 0, 1, 20) if bad(b.meta).any())
-    (_, part), *_ = Ownership(ws.datasets, 2, 20).split(block)
+    (_, part), *_ = Ownership(ws.datasets, 2).split(block)
     order = np.lexsort((part.meta["shard_id"], part.meta["dataset_id"]))
     in_shard_order = bad(part.meta)[order]
     assert in_shard_order.any()

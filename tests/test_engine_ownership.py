@@ -1,6 +1,6 @@
 """Row-group ownership (zephon/engine/ownership.py): with several worker processes, each
-small Parquet row group is read by one worker only, and micro-batches cut into parts by owner
-come back together in pointer order."""
+Parquet row group is read by one worker only, which hears of it ahead of its reads, and
+micro-batches cut into parts by owner come back together in pointer order."""
 
 from __future__ import annotations
 
@@ -79,8 +79,9 @@ def test_parts_cover_the_micro_batch_by_owner(mixture_dir):
     ds = datasets(mixture_dir)
     ws = StaticMixtureWorkSource(ds, MixtureSpec({"code": 0.2, "web": 0.5, "books": 0.3}),
                                  seed=7)
-    own = Ownership(ds, 3, RG)
+    own = Ownership(ds, 3)
     split = 0
+    owner_of: dict[tuple, set] = defaultdict(set)
     for block in lane_pointer_blocks(ws, 0, 1, RG):
         parts = own.split(block)
         split += len(parts) > 1
@@ -89,20 +90,57 @@ def test_parts_cover_the_micro_batch_by_owner(mixture_dir):
         for worker, part in parts:
             m = part.meta
             for d, s, row in zip(m["dataset_id"], m["shard_id"], m["sample_idx"]):
-                group = int(row) // RG
-                assert worker == (group + int(d) + int(s)) % 3
+                owner_of[(int(d), int(s), int(row) // RG)].add(worker)
     assert split > 10
+    assert all(len(w) == 1 for w in owner_of.values())  # a row group keeps its owner
+    per_worker = np.bincount([w for ws_ in owner_of.values() for w in ws_], minlength=3)
+    assert per_worker.min() >= per_worker.max() - 2  # row groups (of equal size) spread evenly
 
 
-def test_large_row_groups_have_no_owner(mixture_dir):
-    ds = datasets(mixture_dir)
-    block = Block.from_pointers(np.zeros(8, np.int64), np.zeros(8, np.int64),
-                                np.arange(8, dtype=np.int64), lane_id=0, chunk_id=0,
-                                chunk_offset=np.arange(8, dtype=np.int64))
-    # 64-row groups, micro-batches of 16: a row group would hold 4 micro-batches of one owner
-    assert (Ownership(ds, 2, 16).owners(block) == -1).all()
-    assert Ownership(ds, 2, 16).split(block) == [(None, block)]
-    assert (Ownership(ds, 2, 32).owners(block) >= 0).all()
+def test_row_groups_read_in_order_alternate_between_owners(tmp_path):
+    """One dataset read in order, in row groups of several micro-batches: consecutive row groups
+    (within a shard, and the first ones of the next shards) go to alternate workers, each owner
+    hears of its row group once, when the block that first reads it is looked at."""
+    for s in range(3):
+        pq.write_table(pa.table({"text": [f"{s}-{i}" for i in range(200)]}),
+                       tmp_path / f"part-{s}.parquet", row_group_size=50)
+    ds = [Dataset.from_path("d", tmp_path)]
+    own = Ownership(ds, 2)
+    blocks = [Block.from_pointers(np.zeros(25, np.int64), np.full(25, s, np.int64),
+                                  np.arange(a, a + 25, dtype=np.int64), lane_id=0, chunk_id=0,
+                                  chunk_offset=np.arange(25, dtype=np.int64))
+              for s in (2, 0, 1) for a in range(0, 200, 25)]
+    claims = [own.claim(b) for b in blocks]
+    told = [(w, key) for c in claims for w, keys in c.items() for key in keys]
+    assert [key for _, key in told] == [(0, s, g) for s in (2, 0, 1) for g in range(4)]
+    assert [w for w, _ in told] == [0, 1] * 6
+    assert all(not c for c in claims[1::2])  # the second block of a row group claims nothing
+    for b in blocks:  # the parts follow the owners that were told
+        ((w, part),) = own.split(b)
+        key = (0, int(b.meta["shard_id"][0]), int(b.meta["sample_idx"][0]) // 50)
+        assert (w, key) in told
+
+
+def test_large_row_groups_are_read_by_one_worker_each(mixture_dir):
+    """Row groups of 4 micro-batches: each is still read by one worker process only (before,
+    a row group larger than 2 micro-batches had no owner and every worker decoded it)."""
+    def strip(batches):
+        return [(tuple(b.ids), [{k: v for k, v in r.items() if k != "pid"}
+                                for r in b.block.payload_list()]) for b in batches]
+
+    def small(p):
+        return p.options(micro_batch_size=RG // 4)
+
+    got = list(small(pipeline(mixture_dir, num_workers=2)))
+    assert strip(got) == strip(small(pipeline(mixture_dir, num_workers=0)))
+    readers = defaultdict(set)
+    for b in got:
+        for (d, s, row), r in zip(b.ids, b.block.payload_list()):
+            readers[(d, s, row // RG)].add(r["pid"])
+    assert len(readers) > 30
+    assert all(len(p) == 1 for p in readers.values()), \
+        {k: v for k, v in readers.items() if len(v) > 1}
+    assert len(set().union(*readers.values())) == 2
 
 
 def test_merge_puts_parts_back_in_pointer_order():
@@ -186,7 +224,7 @@ def test_a_shard_of_unknown_layout_is_looked_up_again_now_and_then():
     from zephon.engine.ownership import ASK_AGAIN
 
     late = _LateLayout(known_after=2)
-    own = Ownership([late], 2, 16)
+    own = Ownership([late], 2)
     block = Block.from_pointers(np.zeros(32, np.int64), np.zeros(32, np.int64),
                                 np.arange(32, dtype=np.int64), lane_id=0, chunk_id=0,
                                 chunk_offset=np.arange(32, dtype=np.int64))
@@ -219,3 +257,113 @@ def test_datasets_with_different_columns_keep_the_inline_column_order(tmp_path):
     inline = stream(0)
     assert len({tuple(cols) for _, cols, _ in inline}) > 1  # the column order varies
     assert stream(2) == inline
+
+
+class _Conn:
+    """The coordinator's end of a worker's pipe, scripted."""
+
+    def __init__(self, msgs: list) -> None:
+        self.msgs = list(msgs)
+
+    def recv(self):
+        return self.msgs.pop(0)
+
+    def send(self, msg) -> None:
+        raise AssertionError(f"a hint is not answered: {msg!r}")
+
+
+def test_a_worker_decodes_the_row_groups_it_is_told_it_owns(mixture_dir, monkeypatch):
+    """The worker side of ``WorkerPool.hint``: each named row group is decoded on the worker's
+    read-ahead thread (its shard readers' own guesses are off); a hint that cannot be followed
+    (no such shard, no such dataset) is dropped without a word: the read that needs the data
+    reports errors."""
+    import threading
+
+    from zephon.engine.worker import _serve
+    from zephon.io import read_ahead
+    from zephon.io.parquet import row_group_cache
+
+    row_group_cache().clear()
+    monkeypatch.setattr(read_ahead, "enabled", False)
+    decoded = []
+    real = pq.ParquetFile.read_row_group
+
+    def spy(self, i, **kw):
+        decoded.append((i, threading.current_thread().name.startswith("zephon-read-ahead")))
+        return real(self, i, **kw)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", spy)
+    _serve(_Conn([("ahead", [(1, 2, 1), (0, 99, 0), (7, 0, 0), (2, 0, 2)]), ("stop",)]),
+           [FetchOp(datasets(mixture_dir))], pool=None)
+    read_ahead.drain()
+    assert sorted(decoded) == [(1, True), (2, True)]
+
+
+class _Plan:
+    lanes = (0,)
+
+    def __init__(self, blocks: int, error: Exception | None = None) -> None:
+        self.blocks, self.error = blocks, error
+
+    def pointer_blocks(self, lane: int):
+        for k in range(self.blocks):
+            yield Block.from_pointers(np.zeros(4, np.int64), np.zeros(4, np.int64),
+                                      np.arange(4 * k, 4 * k + 4, dtype=np.int64),
+                                      lane_id=0, chunk_id=0,
+                                      chunk_offset=np.arange(4 * k, 4 * k + 4, dtype=np.int64))
+        if self.error is not None:
+            raise self.error
+
+
+def _scheduler(plan, lookahead: int):
+    from zephon.engine.coordinator import LaneScheduler
+
+    class Sync(LaneScheduler):  # a worker that answers at once: the block is its own result
+        def __init__(self) -> None:
+            super().__init__(plan, window=2, deterministic=True, lookahead=lookahead)
+            self.log: list[tuple[str, int]] = []
+
+        def free_capacity(self) -> bool:
+            return True
+
+        def send(self, seq: int, block) -> None:
+            self.log.append(("sent", int(block.meta["sample_idx"][0]) // 4))
+            self.complete(seq, block)
+
+        def wait(self) -> None:
+            raise AssertionError("every result is in already")
+
+        def seen(self, block) -> None:
+            self.log.append(("seen", int(block.meta["sample_idx"][0]) // 4))
+
+    return Sync()
+
+
+def test_the_scheduler_looks_at_blocks_ahead_of_sending_them():
+    sched = _scheduler(_Plan(10), lookahead=3)
+    first = next(sched.prepared(0))
+    assert first.block.meta["sample_idx"].tolist() == [0, 1, 2, 3]
+    # blocks 0 and 1 went out (the window), and 3 more were looked at beyond them
+    assert [k for what, k in sched.log if what == "seen"] == [0, 1, 2, 3, 4]
+    assert [k for what, k in sched.log if what == "sent"] == [0, 1]
+    rest = [int(p.block.meta["sample_idx"][0]) // 4 for p in sched.prepared(0)]
+    assert rest == list(range(1, 10))
+    seen = [k for what, k in sched.log if what == "seen"]
+    assert seen == list(range(10))  # each block looked at once, in order
+    for k in range(10):  # and always before it was sent
+        assert sched.log.index(("seen", k)) < sched.log.index(("sent", k))
+    plain = _scheduler(_Plan(10), lookahead=0)
+    next(plain.prepared(0))
+    assert [k for what, k in plain.log if what == "seen"] == [0, 1]
+
+
+def test_a_feed_error_met_while_looking_ahead_is_raised_where_the_lane_reaches_it():
+    def delivered(lookahead: int) -> list[int]:
+        got = []
+        with pytest.raises(ValueError, match="curriculum broke"):
+            for p in _scheduler(_Plan(5, ValueError("curriculum broke")), lookahead).prepared(0):
+                got.append(int(p.block.meta["sample_idx"][0]) // 4)
+        return got
+
+    # met 4 blocks early, raised where the scheduler without look-ahead (and inline) raises it
+    assert delivered(4) == delivered(0) == [0, 1, 2, 3]

@@ -363,3 +363,29 @@ def test_threads_runner_decodes_each_row_group_once(tmp_path, shards, monkeypatc
     _settle()
     assert rows == 285
     assert sorted(i for i, _ in decoded) == sorted(list(range(10)) * 3)  # 3 shards, 10 groups
+
+
+def test_decode_ahead_decodes_the_named_row_group_once_even_without_guesses(
+        tmp_path, shards, monkeypatch):
+    """What a worker process does with the row groups the coordinator says it owns: decode
+    each on the read-ahead thread (guesses are off there); the read then finds it decoded."""
+    from zephon.io import read_ahead
+
+    monkeypatch.setattr(read_ahead, "enabled", False)  # as in a worker process
+    decoded = _decodes_by_thread(monkeypatch)
+    ds = Dataset.from_path("pq", tmp_path / "d")
+    ds.decode_ahead(2, 4)
+    ds.decode_ahead(2, 4)  # told twice (or while it decodes): still one decode
+    _settle()
+
+    def where():
+        return [(g, name.startswith("zephon-read-ahead")) for g, name in decoded]
+
+    assert where() == [(4, True)]
+    assert ds.read_table(2, np.arange(40, 50)).to_pylist() == shards[2][40:50]
+    assert where() == [(4, True)]  # the read decoded nothing
+    ds.decode_ahead(2, 10)  # past the last row group: nothing to do
+    ds.decode_ahead(2, 4)  # read to the end and dropped: told again means a new pass
+    _settle()
+    assert where() == [(4, True)] * 2
+

@@ -14,10 +14,13 @@ takes whichever of its results arrived first. Blocks are issued ahead (up to ``w
 slots`` outstanding, spread over the lanes that have the fewest in hand) and the block a lane
 is waiting for is always issued, so no lane can starve.
 
-A block goes to the workers as one task per row-group owner (``ownership.py``: each small
-Parquet row group is decoded by one worker only); the parts' results are put back in pointer
-order before the lane sees them. A block whose parts failed is redone unsplit and in pointer
-order, so that the error raised is the one inline would raise (the first failing record).
+A block goes to the workers as one task per row-group owner (``ownership.py``: each Parquet
+row group is decoded by one worker only); the parts' results are put back in pointer order
+before the lane sees them. The coordinator pulls each lane's pointer blocks a window ahead of
+issuing them (``lookahead``, ``seen``) and tells the owner of every row group met there for the
+first time, so that it decodes the row group while the ones before it are still being read. A
+block whose parts failed is redone unsplit and in pointer order, so that the error raised is
+the one inline would raise (the first failing record).
 
 Faults. A dead worker's unfinished blocks are issued again (all their parts), with the same
 pointers; ``max_worker_retries`` deaths on one block end the run with an error naming it.
@@ -118,10 +121,13 @@ class LaneScheduler(ABC):
     """Issues each lane's pointer blocks under global sequence numbers and hands every lane its
     worker-stage results back in lane order. Subclasses supply the transport."""
 
-    def __init__(self, lane_plan, window: int, deterministic: bool) -> None:
+    def __init__(self, lane_plan, window: int, deterministic: bool, lookahead: int = 0) -> None:
         self.lanes = list(lane_plan.lanes)
         self.feeds: dict[int, Iterator | None] = {
             lane: iter(lane_plan.pointer_blocks(lane)) for lane in self.lanes}
+        # pointer blocks pulled from a feed but not issued yet: ``seen`` has looked at them
+        self.ahead: dict[int, deque] = {lane: deque() for lane in self.lanes}
+        self.lookahead = lookahead  # blocks per lane to pull ahead of issuing them
         self.pending: dict[int, deque] = {lane: deque() for lane in self.lanes}
         self.blocks: dict[int, object] = {}  # seq -> pointer block, until its lane consumes it
         self.results: dict[int, object] = {}
@@ -150,11 +156,37 @@ class LaneScheduler(ABC):
             if seq in self.blocks and seq not in self.results:
                 heapq.heappush(self.unsent, seq)
 
-    def _issue(self, lane: int) -> bool:
+    def seen(self, block) -> None:  # noqa: B027 - optional: a transport may ignore it
+        """A pointer block has been pulled from its lane's feed; it is issued later."""
+
+    def _pull(self, lane: int):
         feed = self.feeds[lane]
         block = next(feed, None) if feed is not None else None
         if block is None:
             self.feeds[lane] = None
+        else:
+            self.seen(block)
+        return block
+
+    def _look_ahead(self) -> None:
+        for lane in self.lanes:
+            ahead = self.ahead[lane]
+            while len(ahead) < self.lookahead and self.feeds[lane] is not None:
+                try:
+                    block = self._pull(lane)
+                except Exception as e:  # raised when the lane gets there, as without looking
+                    self.feeds[lane] = None
+                    ahead.append(Failure(e))
+                    break
+                if block is not None:
+                    ahead.append(block)
+
+    def _issue(self, lane: int) -> bool:
+        ahead = self.ahead[lane]
+        block = ahead.popleft() if ahead else self._pull(lane)
+        if isinstance(block, Failure):
+            raise block.error
+        if block is None:
             return False
         seq = self.next_seq
         self.next_seq += 1
@@ -169,11 +201,14 @@ class LaneScheduler(ABC):
                 seq = heapq.heappop(self.unsent)
                 self.send(seq, self.blocks[seq])
             if len(self.blocks) >= self.window or not self.free_capacity():
-                return
-            live = [lane for lane in self.lanes if self.feeds[lane] is not None]
+                break
+            live = [lane for lane in self.lanes
+                    if self.ahead[lane] or self.feeds[lane] is not None]
             if not live:
-                return
+                break
             self._issue(min(live, key=lambda lane: len(self.pending[lane])))
+        if self.lookahead:
+            self._look_ahead()
 
     def _ready(self, pend: deque) -> int | None:
         if self.deterministic:
@@ -263,13 +298,16 @@ class OutputRing:
 
 class Coordinator(LaneScheduler):
     def __init__(self, conn, lane_plan, cfg: EngineConfig, ops_blob: bytes) -> None:
-        super().__init__(lane_plan, cfg.window, cfg.deterministic)
+        # a micro-batch goes out as one task per row-group owner (ownership.py), and the owners
+        # of row groups a window ahead hear of them first, to decode them meanwhile
+        ownership = Ownership.for_plan(lane_plan, cfg.workers)
+        super().__init__(lane_plan, cfg.window, cfg.deterministic,
+                         lookahead=cfg.window if ownership is not None else 0)
+        self.ownership = ownership
         self.conn = conn
         self.cfg = cfg
         self.attempts: dict[int, int] = {}
         self.out = OutputRing(conn, cfg, self.wait)
-        # a micro-batch goes out as one task per row-group owner (ownership.py)
-        self.ownership = Ownership.for_plan(lane_plan, cfg.workers)
         spec = {"prefix": cfg.prefix, "ops": ops_blob, "slots": cfg.slots,
                 "any_order": self.ownership is not None and self.ownership.any_order,
                 "slot_bytes": cfg.slot_bytes, "parent": cleanup.identity(),
@@ -292,6 +330,12 @@ class Coordinator(LaneScheduler):
     # transport
     def free_capacity(self) -> bool:
         return self.pool.has_free()
+
+    def seen(self, block) -> None:
+        if self.ownership is None or self.ownership.whole_only:
+            return
+        for worker, groups in self.ownership.claim(block).items():
+            self.pool.hint(worker, groups)
 
     def send(self, seq: int, block) -> None:
         if self.ownership is None or self.ownership.whole_only or seq in self.whole:

@@ -27,12 +27,12 @@ def explain(pipeline) -> str:
     lines.append(f"Stage[0] place=local break='start' runner={kind} workers={workers} "
                  f"runs_in={where} ops={w_names}")
     if kind == "process":
-        from zephon.engine.ownership import OWNED_MICRO_BATCHES, Ownership
+        from zephon.engine.ownership import Ownership
 
         why = Ownership.why_not(plan.worker_ops, workers)
         lines.append("  row-group owners: " + (
-            f"on (local Parquet row groups of up to {OWNED_MICRO_BATCHES} micro-batches are "
-            "each read by one worker)" if why is None else f"off ({why})"))
+            "on (each local Parquet row group is read by one worker, which starts decoding it "
+            "a window ahead)" if why is None else f"off ({why})"))
     if s_names:
         lines.append(f"Stage[1] place=local break='stateful' runner=serial-per-lane "
                      f"runs_in={'coordinator' if kind == 'process' else 'calling process'} "

@@ -74,7 +74,9 @@ def worker_main(conn, spec: dict) -> None:
     # every worker (the tokenizers' Rust pool) would oversubscribe the machine N-fold
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("RAYON_NUM_THREADS", "1")
-    read_ahead.disable()  # likewise: no decoding thread beside the worker's own
+    # likewise: no guesses of the shard readers; only the row groups the coordinator says this
+    # worker owns are decoded ahead, on one thread (``_serve``, "ahead")
+    read_ahead.disable()
     try:
         use_decode_pool()
         ops = cloudpickle.loads(spec["ops"])
@@ -106,6 +108,10 @@ def _serve(conn, ops, pool: shm.SlotPool, any_order: bool = False) -> None:
             return
         if msg[0] == "stop":
             return
+        if msg[0] == "ahead":  # row groups this worker owns, to decode before they are asked
+            if fetch is not None:
+                fetch.decode_ahead(msg[1])
+            continue
         _, seq, slot, length, inline, ordered = msg
         if fetch is not None:
             fetch.restore_order = ordered or not any_order
@@ -210,6 +216,18 @@ class WorkerPool:
             w = self.workers[worker]
         w.queue.append((task, block, ordered))
         self._pump(w)
+
+    def hint(self, worker: int, groups: list) -> None:
+        """Tell ``worker`` that it owns these row groups, (dataset, shard, row group) each: it
+        starts decoding them on its read-ahead thread. Only a hint: a worker that is not ready
+        or has died misses it, and its reads decode what they need."""
+        w = self.workers[worker]
+        if not w.ready:
+            return
+        try:
+            w.conn.send(("ahead", groups))
+        except OSError:  # it died: its sentinel reports that
+            pass
 
     def _pump_all(self) -> None:
         for w in list(self.workers):

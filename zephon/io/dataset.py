@@ -311,6 +311,14 @@ class Dataset:
             return
         self._reader(shard_id).read_ahead_rows(np.asarray(rows, dtype=np.int64))
 
+    def decode_ahead(self, shard_id: int, group: int) -> None:
+        """Decode row group ``group`` of a Parquet shard on this machine now, on the read-ahead
+        thread, for a read that will want it: a worker process is told so by the coordinator
+        for the row groups it owns. Other formats and remote shards ignore it."""
+        if self._fmt != "parquet" or self._memory is not None:
+            return
+        self._reader(int(shard_id)).decode_ahead(int(group))
+
     def row_group_starts(self, shard_id: int) -> np.ndarray | None:
         """The first row of each row group of a Parquet shard, then its row count, read from the
         footer of a file on this machine (once per process); None for other formats, for a

@@ -340,6 +340,20 @@ class ParquetShardReader:
                     self._passed.clear()
             self._schedule(first, None, None)
 
+    def decode_ahead(self, group: int) -> None:
+        """Decode row group ``group`` (all columns: that serves any projection) into the
+        cache on the read-ahead thread, unless it is there or on its way. Not a guess: asked
+        for where guesses are off (``engine/ownership.py``); a row group of this pass already
+        passed by means a new pass."""
+        if not self._local or self._cache is None or not 0 <= group < len(self.rg_starts) - 1:
+            return
+        key = (self.ref.location.url, self.ref.name, group, None)
+        with self._ahead_lock:
+            if group in self._passed:
+                self._passed.clear()
+            if key not in self._ahead and key not in self._cache:
+                self._ahead[key] = read_ahead.submit(self._decode_into_cache, group, None, key)
+
     def _schedule(self, first: int, columns: list[str] | None, key_cols) -> None:
         if not self._local or not read_ahead.enabled or self._cache is None:
             return

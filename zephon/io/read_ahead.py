@@ -23,14 +23,18 @@ THREADS = 2
 
 _lock = threading.Lock()
 _pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid that made it, pool)
-# Off in Zephon's worker processes: there are as many of them as cores already, and a second
-# decoding thread in each was measured to slow them down (W1 Parquet, 2 workers, 2 cores).
+_threads = THREADS
+# Guesses are off in Zephon's worker processes: there are as many of them as cores already, and
+# guessing decoded row groups that another worker was reading (W1 Parquet, 2 workers, 2 cores:
+# slower). There only the row groups the coordinator says a worker owns are submitted.
 enabled = True
 
 
 def disable() -> None:
-    global enabled
+    """No guesses in this process; what is submitted still runs, on a single thread."""
+    global enabled, _threads
     enabled = False
+    _threads = 1
 
 
 def submit(fn: Callable, *args) -> Future:
@@ -39,7 +43,7 @@ def submit(fn: Callable, *args) -> Future:
     with _lock:
         if _pool is None or _pool[0] != os.getpid():
             _pool = (os.getpid(),
-                     ThreadPoolExecutor(THREADS, thread_name_prefix="zephon-read-ahead"))
+                     ThreadPoolExecutor(_threads, thread_name_prefix="zephon-read-ahead"))
         return _pool[1].submit(fn, *args)
 
 

@@ -100,6 +100,18 @@ class FetchOp(BaseOp):
             if hint is not None:  # datasets of other kinds need not take hints
                 hint(int(block.meta["shard_id"][i]), rows[order[a:b]])
 
+    def decode_ahead(self, groups: list[tuple[int, int, int]]) -> None:
+        """Row groups, (dataset, shard, row group) each, that this worker process owns and will
+        read (``engine/ownership.py``): start decoding them now. A hint: nothing is raised
+        here, the read that needs a row group reports what is wrong with it."""
+        for d, s, g in groups:
+            try:
+                ahead = getattr(self.datasets[d], "decode_ahead", None)
+                if ahead is not None:  # datasets of other kinds need not take hints
+                    ahead(s, g)
+            except Exception:  # e.g. the shard is gone: its read raises, naming it
+                continue
+
     @staticmethod
     def _as_payloads(part) -> list:
         if isinstance(part, pa.Table):

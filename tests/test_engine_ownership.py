@@ -46,7 +46,7 @@ def pipeline(root, **opts) -> Pipeline:
     ws = StaticMixtureWorkSource(datasets(root), MixtureSpec({"code": 0.2, "web": 0.5,
                                                               "books": 0.3}), seed=7)
     return (Pipeline(ws).map_transform(F.record_pid).batch(16)
-            .options(micro_batch_size=RG, **opts))
+            .options(**{"micro_batch_size": RG, **opts}))
 
 
 def test_row_group_starts_come_from_the_footer(mixture_dir):
@@ -57,13 +57,17 @@ def test_row_group_starts_come_from_the_footer(mixture_dir):
     assert Dataset.from_dict("m", {0: [{"a": 1}]}).row_group_starts(0) is None
 
 
-def test_each_row_group_is_read_by_one_worker_and_the_stream_is_unchanged(mixture_dir):
+@pytest.mark.parametrize("micro", [RG, RG // 4], ids=["one-block-groups", "4-block-groups"])
+def test_each_row_group_is_read_by_one_worker_and_the_stream_is_unchanged(mixture_dir, micro):
+    """Row groups of one micro-batch and of four: each is read by one worker process only
+    (before, a row group larger than 2 micro-batches had no owner and every worker decoded
+    it)."""
     def strip(batches):
         return [(tuple(b.ids), [{k: v for k, v in r.items() if k != "pid"}
                                 for r in b.block.payload_list()]) for b in batches]
 
-    inline = strip(pipeline(mixture_dir, num_workers=0))
-    got = list(pipeline(mixture_dir, num_workers=2))
+    inline = strip(pipeline(mixture_dir, num_workers=0, micro_batch_size=micro))
+    got = list(pipeline(mixture_dir, num_workers=2, micro_batch_size=micro))
     assert strip(got) == inline
     readers = defaultdict(set)  # (dataset, shard, row group) -> pids that fetched its rows
     for b in got:
@@ -119,28 +123,6 @@ def test_row_groups_read_in_order_alternate_between_owners(tmp_path):
         ((w, part),) = own.split(b)
         key = (0, int(b.meta["shard_id"][0]), int(b.meta["sample_idx"][0]) // 50)
         assert (w, key) in told
-
-
-def test_large_row_groups_are_read_by_one_worker_each(mixture_dir):
-    """Row groups of 4 micro-batches: each is still read by one worker process only (before,
-    a row group larger than 2 micro-batches had no owner and every worker decoded it)."""
-    def strip(batches):
-        return [(tuple(b.ids), [{k: v for k, v in r.items() if k != "pid"}
-                                for r in b.block.payload_list()]) for b in batches]
-
-    def small(p):
-        return p.options(micro_batch_size=RG // 4)
-
-    got = list(small(pipeline(mixture_dir, num_workers=2)))
-    assert strip(got) == strip(small(pipeline(mixture_dir, num_workers=0)))
-    readers = defaultdict(set)
-    for b in got:
-        for (d, s, row), r in zip(b.ids, b.block.payload_list()):
-            readers[(d, s, row // RG)].add(r["pid"])
-    assert len(readers) > 30
-    assert all(len(p) == 1 for p in readers.values()), \
-        {k: v for k, v in readers.items() if len(v) > 1}
-    assert len(set().union(*readers.values())) == 2
 
 
 def test_merge_puts_parts_back_in_pointer_order():

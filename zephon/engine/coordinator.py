@@ -16,11 +16,11 @@ is waiting for is always issued, so no lane can starve.
 
 A block goes to the workers as one task per row-group owner (``ownership.py``: each Parquet
 row group is decoded by one worker only); the parts' results are put back in pointer order
-before the lane sees them. The coordinator pulls each lane's pointer blocks a window ahead of
-issuing them (``lookahead``, ``seen``) and tells the owner of every row group met there for the
-first time, so that it decodes the row group while the ones before it are still being read. A
-block whose parts failed is redone unsplit and in pointer order, so that the error raised is
-the one inline would raise (the first failing record).
+before the lane sees them. The coordinator pulls the lanes' pointer blocks a window ahead of
+issuing them (``lookahead``, ``seen``; the lanes share the window) and tells the owner of every
+row group met there for the first time, so that it decodes the row group while the ones before
+it are still being read. A block whose parts failed is redone unsplit and in pointer order, so
+that the error raised is the one inline would raise (the first failing record).
 
 Faults. A dead worker's unfinished blocks are issued again (all their parts), with the same
 pointers; ``max_worker_retries`` deaths on one block end the run with an error naming it.
@@ -299,10 +299,13 @@ class OutputRing:
 class Coordinator(LaneScheduler):
     def __init__(self, conn, lane_plan, cfg: EngineConfig, ops_blob: bytes) -> None:
         # a micro-batch goes out as one task per row-group owner (ownership.py), and the owners
-        # of row groups a window ahead hear of them first, to decode them meanwhile
+        # of row groups a window ahead hear of them first, to decode them meanwhile. The window
+        # is shared by the lanes (they advance in turn), so that what is decoded ahead stays
+        # about a window's worth of blocks however many lanes this rank owns
         ownership = Ownership.for_plan(lane_plan, cfg.workers)
+        share = -(-cfg.window // max(1, len(lane_plan.lanes)))
         super().__init__(lane_plan, cfg.window, cfg.deterministic,
-                         lookahead=cfg.window if ownership is not None else 0)
+                         lookahead=share if ownership is not None else 0)
         self.ownership = ownership
         self.conn = conn
         self.cfg = cfg

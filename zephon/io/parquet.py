@@ -237,10 +237,8 @@ class ParquetShardReader:
             with self._lock:
                 return self._decode(groups.tolist(), columns)
         url, name = self.ref.location.url, self.ref.name
-        if self._passed:
-            with self._ahead_lock:  # a passed row group read again: a new pass begins
-                if not self._passed.isdisjoint(groups.tolist()):
-                    self._passed.clear()
+        if self._passed:  # a passed row group read again: a new pass begins
+            self._new_pass_if_passed(groups.tolist())
         keys: dict[int, tuple] = {}  # the cache entry each row group was served from
         for g in groups.tolist():
             keys[g] = key = (url, name, g, key_cols)
@@ -335,9 +333,7 @@ class ParquetShardReader:
         this shard (or jumps inside it) finds them decoded too."""
         if len(rows):
             first = int(np.searchsorted(self.rg_starts, int(rows.min()), side="right")) - 1
-            with self._ahead_lock:  # the pointer stream says so: a passed row group is read again
-                if first in self._passed:
-                    self._passed.clear()
+            self._new_pass_if_passed([first])  # the pointer stream says it is read again
             self._schedule(first, None, None)
 
     def decode_ahead(self, group: int) -> None:
@@ -347,22 +343,27 @@ class ParquetShardReader:
         passed by means a new pass."""
         if not self._local or self._cache is None or not 0 <= group < len(self.rg_starts) - 1:
             return
-        key = (self.ref.location.url, self.ref.name, group, None)
+        self._new_pass_if_passed([group])
+        self._submit_ahead(group, None, None)
+
+    def _new_pass_if_passed(self, groups: list[int]) -> None:
         with self._ahead_lock:
-            if group in self._passed:
+            if not self._passed.isdisjoint(groups):
                 self._passed.clear()
-            if key not in self._ahead and key not in self._cache:
-                self._ahead[key] = read_ahead.submit(self._decode_into_cache, group, None, key)
+
+    def _submit_ahead(self, group: int, columns: list[str] | None, key_cols) -> None:
+        """Decode ``group`` on the read-ahead thread unless it is cached, on its way or passed."""
+        key = (self.ref.location.url, self.ref.name, group, key_cols)
+        with self._ahead_lock:
+            if key not in self._ahead and key not in self._cache and group not in self._passed:
+                self._ahead[key] = read_ahead.submit(self._decode_into_cache, group, columns,
+                                                     key)
 
     def _schedule(self, first: int, columns: list[str] | None, key_cols) -> None:
         if not self._local or not read_ahead.enabled or self._cache is None:
             return
         for nxt in range(max(first, 0), min(first + READ_AHEAD, len(self.rg_starts) - 1)):
-            key = (self.ref.location.url, self.ref.name, nxt, key_cols)
-            with self._ahead_lock:
-                if key not in self._ahead and key not in self._cache and nxt not in self._passed:
-                    self._ahead[key] = read_ahead.submit(self._decode_into_cache, nxt, columns,
-                                                         key)
+            self._submit_ahead(nxt, columns, key_cols)
 
     def _thread_file(self) -> pq.ParquetFile:
         """This thread's handle on the local file: a ``ParquetFile`` is not safe to share

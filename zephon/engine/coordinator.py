@@ -40,10 +40,8 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import cloudpickle
-
 from zephon.arrow_memory import use_decode_pool
-from zephon.engine import cleanup, metrics, shm, wire
+from zephon.engine import cleanup, metrics, shm, spawning, wire
 from zephon.engine.lane import Prepared, held_by_op, pointer_end, round_robin_states
 from zephon.engine.ownership import Ownership, merge, same_columns
 from zephon.engine.worker import WorkerCrashedError, WorkerPool
@@ -67,6 +65,7 @@ class EngineConfig:
     max_retries: int
     prefix: str = ""
     parent: tuple[int, float] = (0, 0.0)
+    environment: dict | None = None  # the training process's, when the pipeline started
 
     @property
     def window(self) -> int:
@@ -430,7 +429,7 @@ class Coordinator(LaneScheduler):
             for lane, unit, state in round_robin_states(self.runners):
                 self.out.add(lane, unit, state)
             self.out.flush()
-            self.conn.send(("end",))
+            self.conn.send(("end", metrics.LOCAL.take_delta()))  # counts since the last frame
         except _Stop:
             raise
         except BaseException as e:  # the stream ends here, exactly where inline would raise
@@ -462,12 +461,14 @@ def coordinator_main(conn, lane_plan_blob: bytes, ops_blob: bytes, cfg: EngineCo
         shm.unlink_created()
         shm.sweep(cfg.prefix)
 
+    spawning.adopt_environment(cfg.environment)  # before storage is opened or workers start
     leave = cleanup.init_child("coordinator", on_exit, cfg.log_level)
     log.debug("coordinator started: %d workers, start method %s", cfg.workers, cfg.start_method)
     try:
         try:
             use_decode_pool()  # before the workers fork from us: they inherit it
-            coord = Coordinator(conn, cloudpickle.loads(lane_plan_blob), cfg, ops_blob)
+            coord = Coordinator(conn, spawning.user_blob_loads(lane_plan_blob, "pipeline"),
+                                cfg, ops_blob)
         finally:  # the watcher is a thread: only once the first workers are forked
             cleanup.watch(cfg.parent, leave)
         coord.run()

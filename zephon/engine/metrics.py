@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from zephon import accounting
 from zephon.block import Block
 
 
@@ -62,8 +63,12 @@ class Registry:
         s.calls += 1
 
     def take_delta(self) -> dict[str, Any]:
-        """The counts since the last call (what a worker ships), resetting them."""
+        """The counts since the last call (what a worker ships), resetting them. Records lost
+        under a policy (``accounting``) ride along."""
         out = {"ops": {k: v.as_dict() for k, v in self.ops.items()}, "wait_ns": self.wait_ns}
+        losses = accounting.LOCAL.take_delta()
+        if losses:
+            out["losses"] = losses
         self.ops = {}
         self.wait_ns = 0
         return out
@@ -72,6 +77,7 @@ class Registry:
         for k, v in delta.get("ops", {}).items():
             self.ops.setdefault(k, OpStats()).add_counts(v)
         self.wait_ns += int(delta.get("wait_ns", 0))
+        accounting.LOCAL.merge(delta.get("losses", ()))  # passed on with this process's delta
 
 
 LOCAL = Registry()

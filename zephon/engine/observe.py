@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from zephon import accounting
 from zephon.block import TOKEN_FIELDS, Block, ragged_column
 from zephon.engine import metrics
 
@@ -44,6 +45,7 @@ class Observer:
         # counters are per process: start from zero (pipelines iterated at the same time in
         # one process share them, so their operator figures add up)
         metrics.LOCAL.take_delta()
+        self.ledger = accounting.Ledger(names)
         self.records = np.zeros(len(names), dtype=np.int64)
         self.tokens = np.zeros(len(names), dtype=np.int64)
         self.units = 0
@@ -94,9 +96,14 @@ class Observer:
         self.registry.merge(delta)
         if "held" in delta:  # the coordinator's buffers, as of its last frame
             self.held = delta["held"]
+        self.ledger.merge(accounting.LOCAL.take_delta())
+
+    def merge_local(self) -> None:
+        """Counters of this process (the inline engine's operators, the serial stage)."""
+        self.merge(metrics.LOCAL.take_delta())
 
     def snapshot(self, extra: dict | None = None) -> dict[str, Any]:
-        self.registry.merge(metrics.LOCAL.take_delta())
+        self.merge_local()
         elapsed = max(time.perf_counter() - self.start, 1e-9)
         ops = {}
         for name, s in self.registry.ops.items():
@@ -112,7 +119,7 @@ class Observer:
         snap = {"elapsed_s": elapsed, "units_delivered": self.units,
                 "records_delivered": tot_r, "tokens_delivered": tot_t,
                 "records_per_s": tot_r / elapsed, "tokens_per_s": tot_t / elapsed,
-                "operators": ops, "datasets": datasets,
+                "operators": ops, "datasets": datasets, "losses": self.ledger.snapshot(),
                 "serial_wait_s": self.registry.wait_ns / 1e9,
                 "consumer_wait_s": self.consumer_wait_ns / 1e9,
                 "bottleneck": bottleneck(ops), "rss_bytes": tree_rss(),

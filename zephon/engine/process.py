@@ -30,7 +30,7 @@ import cloudpickle
 import numpy as np
 import psutil
 
-from zephon.engine import cleanup, shm, wire
+from zephon.engine import cleanup, shm, spawning, wire
 from zephon.engine.coordinator import EngineConfig, coordinator_main, mp_context
 from zephon.engine.inline import InlineEngine
 from zephon.engine.lane import round_robin_states
@@ -47,7 +47,8 @@ class ProcessEngine:
         self.last_states: dict[int, dict | None] = {}
         prefix = f"zephon_{os.getpid()}_{uuid.uuid4().hex[:8]}_"
         self.config = EngineConfig.from_options(options, workers, prefix=prefix,
-                                                parent=cleanup.identity())
+                                                parent=cleanup.identity(),
+                                                environment=spawning.environment())
         if options.resolve("log_level")[1] != "default":  # else the application's setting
             cleanup.setup_logging(self.config.log_level)
         if runner == "threads":
@@ -125,7 +126,7 @@ class CoordinatorClient:
         self._finalizer = weakref.finalize(self, _close_quietly, self.proc, self.conn,
                                            self.prefix, self.owner)
         try:
-            self.proc.start()
+            spawning.start(self.proc)
         finally:
             there.close()
 
@@ -146,6 +147,7 @@ class CoordinatorClient:
             elif tag == "ready":
                 self.slots.attach_all(msg[1])
             elif tag == "end":
+                self.metric_deltas.append(msg[1])
                 return
             elif tag == "error":
                 raise wire.unpack_exception(msg[1])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -9,6 +10,7 @@ from zephon.engine.lane_plan import LanePlan
 from zephon.engine.plan import compile_plan
 from zephon.engine.topology import resolve_topology
 
+log = logging.getLogger("zephon")
 
 def engine_kind(pipeline) -> tuple[str, int]:
     """("inline" | "process" | "threads", workers) chosen from options and environment."""
@@ -84,6 +86,7 @@ class Session:
         self.observer = obs = self._observer()
         sink = self._sink()
         it = iter(self.engine)
+        counted = metrics.now()  # when counts were last gathered (losses are said promptly)
         try:
             while True:
                 t0 = metrics.now()
@@ -93,11 +96,25 @@ class Session:
                 obs.delivered(unit, metrics.now() - t0)
                 if sink is not None:
                     sink.maybe_emit(self.metrics_snapshot)
+                if t0 - counted > 500_000_000:
+                    counted = t0
+                    self._gather_counters()
                 yield unit
+            self._gather_counters()
+            summary = obs.ledger.summary()
+            if summary is not None:  # the end of the stream: what was not delivered whole
+                log.warning("%s", summary)
         finally:
             if obs.progress is not None:
                 obs.progress.close()
             self.close()
+
+    def _gather_counters(self) -> None:
+        obs, engine = self.observer, self.engine
+        if engine is not None and hasattr(engine, "collect_metrics"):
+            for delta in engine.collect_metrics():
+                obs.merge(delta)
+        obs.merge_local()
 
     def _sink(self):
         conf = self.pipeline._observability
@@ -116,9 +133,7 @@ class Session:
         held = engine.held_by_op() if hasattr(engine, "held_by_op") else None
         if held:  # the process engine's counts arrive with its frames instead
             obs.held = held
-        if engine is not None and hasattr(engine, "collect_metrics"):
-            for delta in engine.collect_metrics():
-                obs.merge(delta)
+        self._gather_counters()
         return obs.snapshot({"engine": self.kind, "workers": self.workers})
 
     def lane_states(self) -> dict[int, dict | None]:

@@ -27,11 +27,10 @@ import signal
 import time
 from collections import deque
 
-import cloudpickle
 import numpy as np
 
 from zephon.arrow_memory import use_decode_pool
-from zephon.engine import cleanup, metrics, shm, wire
+from zephon.engine import cleanup, metrics, shm, spawning, wire
 from zephon.engine.lane import apply_ops
 from zephon.io import read_ahead
 from zephon.ops.base import OpContext, StageInfo
@@ -79,7 +78,7 @@ def worker_main(conn, spec: dict) -> None:
     read_ahead.disable()
     try:
         use_decode_pool()
-        ops = cloudpickle.loads(spec["ops"])
+        ops = spawning.user_blob_loads(spec["ops"], "operators")
         ctx = OpContext(StageInfo(0, "workers", 0), worker_id=index, runner="process",
                         num_workers=spec["workers"])
         for op in ops:
@@ -190,7 +189,7 @@ class WorkerPool:
         forkable = self.fork is not None and cleanup.single_threaded()
         proc = (self.fork if forkable else self.mpctx).Process(target=worker_main, args=(there, spec), daemon=True,
                                   name=f"zephon-worker-{index}")
-        proc.start()
+        spawning.start(proc)
         there.close()
         return _Worker(index, generation, proc, here)
 

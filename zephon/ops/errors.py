@@ -19,11 +19,12 @@ class OperatorError(ZephonError):
     def __init__(self, op_name: str, sample_id: Any, message: str) -> None:
         self.op_name = op_name
         self.sample_id = sample_id
+        self.message = message
         where = f" on sample {sample_id}" if sample_id is not None else ""
         super().__init__(f"operator {op_name}{where}: {message}")
 
-    def __reduce__(self):
-        return (OperatorError, (self.op_name, self.sample_id, self.args[0]))
+    def __reduce__(self):  # rebuilt from its parts: the operator is named once, not again
+        return (OperatorError, (self.op_name, self.sample_id, self.message))
 
 
 @contextmanager

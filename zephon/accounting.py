@@ -1,0 +1,143 @@
+"""Records that leave a pipeline without being delivered whole: counted and said.
+
+The rule of the project: every record that enters a pipeline is delivered, held in a buffer a
+checkpoint names, or counted here under a reason the user chose (a drop, a skip, a truncation).
+An operator that removes records or tokens calls ``count(op, reason, dataset_ids, tokens)``
+with the dataset of every record concerned (vectorised: one call per block, never per record).
+
+Counts are kept per process (``LOCAL``) and travel to the training process with the operator
+counters (``metrics.Registry.take_delta``); there ``Ledger`` adds them up, warns once per
+operator and reason the first time something is counted, and renders them in
+``metrics_snapshot()["losses"]``.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger("zephon")
+
+# reason -> what it means, for messages (operators may count other reasons; these are ours)
+REASONS = {
+    "oversized": "longer than the operator's max_length",
+    "truncated": "cut to max_length (the tokens past it are counted)",
+    "bad_record": "skipped as a bad record (on_bad_record='skip')",
+    "filtered": "removed by a filter",
+    "empty": "had no tokens",
+    "discarded_tokens": "tokens left over at the end of a stream that could not fill a row",
+}
+
+
+class Losses:
+    """(operator, reason, dataset id) -> [records, tokens], for one process."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str, int], list[int]] = {}
+
+    def count(self, op: str, reason: str, dataset_ids: Any, tokens: Any = None) -> None:
+        """``dataset_ids``: one entry per record concerned; ``tokens``: the tokens each lost
+        (None: none counted). A truncation counts the record and the tokens cut off."""
+        ids = np.asarray(dataset_ids, dtype=np.int64).reshape(-1)
+        if not len(ids):
+            return
+        n = int(ids.max()) + 1
+        recs = np.bincount(ids, minlength=n)
+        toks = (np.bincount(ids, weights=np.asarray(tokens, dtype=np.float64).reshape(-1),
+                            minlength=n) if tokens is not None else np.zeros(n))
+        for d in np.flatnonzero(recs):
+            c = self.counts.setdefault((op, reason, int(d)), [0, 0])
+            c[0] += int(recs[d])
+            c[1] += int(round(toks[d]))
+
+    def count_tokens(self, op: str, reason: str, dataset_ids: Any, tokens: Any) -> None:
+        """Tokens lost without losing their records (e.g. a packer's leftover at the end):
+        the records are not counted, only the tokens."""
+        ids = np.asarray(dataset_ids, dtype=np.int64).reshape(-1)
+        if not len(ids):
+            return
+        toks = np.bincount(ids, weights=np.asarray(tokens, dtype=np.float64).reshape(-1))
+        for d in np.flatnonzero(toks):
+            c = self.counts.setdefault((op, reason, int(d)), [0, 0])
+            c[1] += int(round(toks[d]))
+
+    def take_delta(self) -> list[tuple[str, str, int, int, int]]:
+        out = [(op, reason, d, r, t) for (op, reason, d), (r, t) in self.counts.items()]
+        self.counts = {}
+        return out
+
+    def merge(self, delta: list) -> None:
+        for op, reason, d, r, t in delta:
+            c = self.counts.setdefault((op, reason, int(d)), [0, 0])
+            c[0] += int(r)
+            c[1] += int(t)
+
+
+LOCAL = Losses()
+
+
+def count(op: str, reason: str, dataset_ids: Any, tokens: Any = None) -> None:
+    LOCAL.count(op, reason, dataset_ids, tokens)
+
+
+def count_tokens(op: str, reason: str, dataset_ids: Any, tokens: Any) -> None:
+    LOCAL.count_tokens(op, reason, dataset_ids, tokens)
+
+
+class Ledger:
+    """The training process's view: every process's counts, named by dataset, and said."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self.losses = Losses()
+        self.warned: set[tuple[str, str]] = set()
+
+    def merge(self, delta: list) -> None:
+        if not delta:
+            return
+        self.losses.merge(delta)
+        for op, reason, *_ in delta:
+            if (op, reason) not in self.warned:
+                self.warned.add((op, reason))
+                warnings.warn(f"zephon: {self.describe(op, reason)}", RuntimeWarning,
+                              stacklevel=2)
+
+    def _name(self, d: int) -> str:
+        return self.names[d] if 0 <= d < len(self.names) else f"dataset {d}"
+
+    def describe(self, op: str, reason: str) -> str:
+        parts = []
+        for (o, r, d), (recs, toks) in sorted(self.losses.counts.items()):
+            if (o, r) == (op, reason):
+                what = f"{recs:,} records" if recs else ""
+                if toks:
+                    what += (", " if what else "") + f"{toks:,} tokens"
+                parts.append(f"{self._name(d)}: {what}")
+        meaning = REASONS.get(reason, reason)
+        return (f"operator {op} counted records or tokens as '{reason}' ({meaning}) so far — "
+                + "; ".join(parts) + ". metrics_snapshot()['losses'] keeps the running counts")
+
+    def snapshot(self) -> dict[str, Any]:
+        """{dataset: {reason: {"records", "tokens", "operators"}}} and totals."""
+        per: dict[str, dict[str, dict[str, Any]]] = {}
+        total_r = total_t = 0
+        for (op, reason, d), (recs, toks) in sorted(self.losses.counts.items()):
+            entry = per.setdefault(self._name(d), {}).setdefault(
+                reason, {"records": 0, "tokens": 0, "operators": []})
+            entry["records"] += recs
+            entry["tokens"] += toks
+            if op not in entry["operators"]:
+                entry["operators"].append(op)
+            total_r += recs
+            total_t += toks
+        return {"by_dataset": per, "records": total_r, "tokens": total_t}
+
+    def summary(self) -> str | None:
+        """One line for the end of a pass, None when nothing was counted."""
+        if not self.losses.counts:
+            return None
+        return "zephon: records and tokens not delivered whole in this run: " + "; ".join(
+            self.describe(op, reason) for op, reason in sorted(self.warned))

@@ -104,9 +104,14 @@ class Pipeline:
 
     def tokenize(self, tokenizer: Any = None, tokenizer_id: str | None = None, *, field: str,
                  **kw: Any) -> Pipeline:
+        """Text -> token ids. Each document gets the BOS/EOS its tokenizer has, settled here (a
+        ``special_tokens`` request it cannot honour raises now); bad text fields raise a
+        ``DataError`` or, with ``on_bad_record="skip"``, are skipped and counted. The keywords
+        and rules: ``zephon.ops.tokenize``."""
         from zephon.ops.tokenize import TokenizeOp
 
-        return self._append(TokenizeOp(tokenizer, tokenizer_id, field=field, **kw))
+        op = TokenizeOp(tokenizer, tokenizer_id, field=field, **kw).named_by(self.work_source)
+        return self._append(op)
 
     def shuffle(self, buffer_size: int | None = None, *, seed: int = 0,
                 algorithm: str = "streaming", warmup_growth: float = 1.5,

@@ -83,7 +83,8 @@ def prime(pipeline, ratios_from_checkpoint: dict | None = None) -> None:
                 from zephon.block import ragged_column
 
                 offsets, _ = ragged_column(block.payload, "input_ids")
-                tokens = int(offsets[-1])
+                pads = block.meta.get("padding_length")  # tokenize(padding=...): not text
+                tokens = int(offsets[-1]) - (int(pads.sum()) if pads is not None else 0)
         bytes_per_sample = mean_bytes_per_sample(ds)
         if not tokens or not bytes_per_sample:
             warnings.warn(f"could not measure dataset {name!r}: using fallback "

@@ -1,79 +1,143 @@
 """Where a tokenizer comes from, in a picklable form that each worker loads once.
 
 Accepted: a ``tokenizers.Tokenizer``, a transformers fast tokenizer (its backend is used), a path
-to a ``tokenizer.json`` or to a directory holding one, a model already in the local Hugging Face
-cache (``tokenizer_id="org/name"``; nothing is downloaded), or ``"__fallback__"``.
+to a ``tokenizer.json``, a Hugging Face tokenizer directory (``tokenizer.json`` plus
+``tokenizer_config.json`` / ``special_tokens_map.json``, read as transformers reads them), a
+model already in the local Hugging Face cache (``tokenizer_id="org/name"``; nothing is
+downloaded), or ``"__fallback__"``. Which ids are BOS/EOS/PAD is settled here, once, in the
+process that builds the pipeline (``zephon.ops.special_tokens``), and travels in the spec.
 """
 
 from __future__ import annotations
 
 import glob
 import itertools
+import json
 import os
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from zephon.ops.special_tokens import NAMES, ROLES, declared_tokens, template_ids
+
 FALLBACK = "__fallback__"
-_BOS_NAMES = ("<s>", "<|begin_of_text|>", "<|startoftext|>", "[BOS]", "<bos>", "<|bos|>")
-_EOS_NAMES = ("</s>", "<|end_of_text|>", "<|endoftext|>", "[EOS]", "<eos>", "<|eos|>", "[SEP]")
 
 
 @dataclass(frozen=True)
 class TokenizerSpec:
-    """Picklable recipe: either the serialized tokenizer JSON or the fallback marker."""
+    """Picklable recipe: the serialized tokenizer JSON (or the fallback marker) and the ids of
+    its BOS/EOS/PAD tokens (None: it has none)."""
 
     kind: str  # "json" | "fallback"
     payload: str = ""
     label: str = ""
-    bos_hint: int | None = None
-    eos_hint: int | None = None
+    bos_id: int | None = None
+    eos_id: int | None = None
+    pad_id: int | None = None
 
 
-def resolve_spec(tokenizer: Any = None, tokenizer_id: str | None = None) -> TokenizerSpec:
+def load(tokenizer: Any = None, tokenizer_id: str | None = None) -> LoadedTokenizer:
+    """The tokenizer ``tokenize(tokenizer=, tokenizer_id=)`` names, loaded (``.spec`` pickles)."""
     if tokenizer is not None:
-        return _spec_from_object(tokenizer)
+        return _from_object(tokenizer)
     if tokenizer_id is None:
         raise ValueError("tokenize needs tokenizer= or tokenizer_id=")
     if tokenizer_id == FALLBACK:
-        return TokenizerSpec("fallback", label=FALLBACK)
-    return _spec_from_path(tokenizer_id) or _spec_from_hf_cache(tokenizer_id)
+        return LoadedTokenizer(_fallback_spec())
+    return _from_path(tokenizer_id) or _from_hf_cache(tokenizer_id)
 
 
-def _spec_from_object(tok: Any) -> TokenizerSpec:
+def _fallback_spec() -> TokenizerSpec:
+    from zephon.tokens.fallback_tokenizer import FallbackTokenizer as F
+
+    return TokenizerSpec("fallback", label=FALLBACK, bos_id=F.bos_token_id, eos_id=F.eos_token_id,
+                         pad_id=F.pad_token_id)
+
+
+def _from_object(tok: Any) -> LoadedTokenizer:
     if isinstance(tok, str | os.PathLike):
         if str(tok) == FALLBACK:
-            return TokenizerSpec("fallback", label=FALLBACK)
-        spec = _spec_from_path(str(tok))
-        if spec is None:
+            return LoadedTokenizer(_fallback_spec())
+        loaded = _from_path(str(tok))
+        if loaded is None:
             raise FileNotFoundError(f"tokenizer path {tok!r} does not exist")
-        return spec
+        return loaded
     backend = getattr(tok, "backend_tokenizer", None)  # transformers fast tokenizer
-    if backend is not None:
-        bos = getattr(tok, "bos_token_id", None)
-        eos = getattr(tok, "eos_token_id", None)
-        return TokenizerSpec("json", backend.to_str(), type(tok).__name__, bos, eos)
+    if backend is not None:  # its *_token_id are its declaration (None: it has none)
+        ids = {r: getattr(tok, f"{r}_token_id", None) for r in ROLES}
+        return LoadedTokenizer(TokenizerSpec("json", backend.to_str(), type(tok).__name__,
+                                             *(_int_or_none(ids[r]) for r in ROLES)))
     if hasattr(tok, "to_str") and hasattr(tok, "encode_batch"):
-        return TokenizerSpec("json", tok.to_str(), "tokenizers.Tokenizer")
+        return _detected(tok.to_str(), "tokenizers.Tokenizer")
     raise TypeError(
         f"unsupported tokenizer {type(tok).__name__}: pass a tokenizers.Tokenizer, a "
-        "transformers fast tokenizer, a tokenizer.json path or '__fallback__'")
+        "transformers fast tokenizer, a tokenizer.json path, a tokenizer directory or "
+        "'__fallback__'")
 
 
-def _spec_from_path(path: str) -> TokenizerSpec | None:
+def _int_or_none(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def _from_path(path: str) -> LoadedTokenizer | None:
     p = os.path.expanduser(path)
     if os.path.isdir(p):
-        p = os.path.join(p, "tokenizer.json")
-        if not os.path.exists(p):
-            raise FileNotFoundError(f"no tokenizer.json in directory {path!r}")
+        return _from_directory(p, path)
     if not os.path.isfile(p):
         return None
-    with open(p, encoding="utf-8") as f:
-        return TokenizerSpec("json", f.read(), p)
+    return _detected(_read(p), p)
 
 
-def _spec_from_hf_cache(model_id: str) -> TokenizerSpec:
+def _from_directory(directory: str, label: str) -> LoadedTokenizer:
+    file = os.path.join(directory, "tokenizer.json")
+    if not os.path.exists(file):
+        raise FileNotFoundError(f"no tokenizer.json in directory {label!r} (Zephon loads fast "
+                                "tokenizers: save one with tokenizer.save_pretrained(dir))")
+    declared = declared_tokens(directory)
+    if declared is None:  # a bare tokenizer.json in a folder
+        return _detected(_read(file), file)
+    tok = _backend(_read(file))
+    ids: dict[str, int | None] = {}
+    added = False
+    for role in ROLES:
+        content = declared[role]
+        if content is None:
+            ids[role] = None
+            continue
+        if tok.token_to_id(content) is None:
+            # transformers adds a declared special token the vocabulary lacks, at the next id
+            from tokenizers import AddedToken
+
+            tok.add_special_tokens([AddedToken(content, special=True)])
+            added = True
+        ids[role] = int(tok.token_to_id(content))
+    payload = tok.to_str() if added else _read(file)
+    spec = TokenizerSpec("json", payload, directory, ids["bos"], ids["eos"], ids["pad"])
+    return LoadedTokenizer(spec, tok)
+
+
+def _detected(payload: str, label: str) -> LoadedTokenizer:
+    """A bare tokenizer.json: the post-processor's template, then well-known names."""
+    tok = _backend(payload)
+    try:
+        found: dict[str, int | None] = dict(template_ids(json.loads(payload)))
+    except (ValueError, TypeError):
+        found = {}
+    for role in ROLES:
+        if found.get(role) is None:
+            found[role] = next((int(i) for i in map(tok.token_to_id, NAMES[role])
+                                if i is not None), None)
+    spec = TokenizerSpec("json", payload, label, found["bos"], found["eos"], found["pad"])
+    return LoadedTokenizer(spec, tok)
+
+
+def _from_hf_cache(model_id: str) -> LoadedTokenizer:
     hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
         os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub")
     pattern = os.path.join(hub, "models--" + model_id.replace("/", "--"), "snapshots", "*",
@@ -83,35 +147,36 @@ def _spec_from_hf_cache(model_id: str) -> TokenizerSpec:
         raise FileNotFoundError(
             f"tokenizer {model_id!r} is neither a local path nor in the Hugging Face cache "
             f"({hub}); Zephon never downloads tokenizers at run time")
-    return _spec_from_path(found[-1])  # type: ignore[return-value]
+    return _from_directory(os.path.dirname(found[-1]), model_id)
+
+
+def _backend(payload: str) -> Any:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_str(payload)
+    # a tokenizer.json may carry its own truncation / padding settings: they would cut or pad
+    # documents unseen; tokenize does both itself, counted (max_length=, truncation=, padding=)
+    tok.no_truncation()
+    tok.no_padding()
+    return tok
 
 
 class LoadedTokenizer:
     """Batch encoding into ragged (offsets int64, values int32) arrays."""
 
-    def __init__(self, spec: TokenizerSpec) -> None:
+    def __init__(self, spec: TokenizerSpec, backend: Any = None) -> None:
         self.spec = spec
+        self.bos_token_id = spec.bos_id
+        self.eos_token_id = spec.eos_id
+        self.pad_token_id = spec.pad_id
         if spec.kind == "fallback":
             from zephon.tokens.fallback_tokenizer import FallbackTokenizer
 
             self._fallback = FallbackTokenizer()
             self._tok = None
-            self.bos_token_id = self._fallback.bos_token_id
-            self.eos_token_id = self._fallback.eos_token_id
         else:
-            from tokenizers import Tokenizer
-
             self._fallback = None
-            self._tok = Tokenizer.from_str(spec.payload)
-            self.bos_token_id = spec.bos_hint if spec.bos_hint is not None else self._find(_BOS_NAMES)
-            self.eos_token_id = spec.eos_hint if spec.eos_hint is not None else self._find(_EOS_NAMES)
-
-    def _find(self, names: tuple[str, ...]) -> int | None:
-        for n in names:
-            i = self._tok.token_to_id(n)
-            if i is not None:
-                return int(i)
-        return None
+            self._tok = backend if backend is not None else _backend(spec.payload)
 
     def encode(self, texts: list[str], add_special_tokens: bool = False) -> tuple[np.ndarray, np.ndarray]:
         if self._fallback is not None:

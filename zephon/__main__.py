@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     elif cmd == "inspect":
         from zephon.io.inspector import inspect_main as run
     elif cmd == "build-index":
-        from zephon.io.index_file import main as run
+        from zephon.build_index import main as run
     else:
         parser.print_help(sys.stderr)
         print(f"\nunknown command {cmd!r}", file=sys.stderr)

@@ -47,6 +47,11 @@ def explain(pipeline) -> str:
         value, source = opts.resolve(name)
         lines.append(f"  {name}={value!r} ({source})")
     from zephon._ext import status
+    from zephon.engine.priming import describe
+
+    tokens = describe(pipeline)
+    if tokens is not None:
+        lines.append(tokens)
 
     kernels = ", ".join(f"{k}={v}" for k, v in status().items())
     lines.append(f"Kernels: {kernels}")

@@ -33,7 +33,8 @@ class Session:
         self.pipeline = pipeline
         opts = pipeline._options
         pending = pipeline._pending_restore
-        prime(pipeline, pending.get("token_ratios") if pending else None)
+        # where each token-aware dataset's figure came from, and how long it took
+        self.priming = prime(pipeline, pending.get("token_ratios") if pending else None)
         self.topology = resolve_topology(opts)
         self.plan = compile_plan(pipeline._all_ops())
         fetch_batch = pipeline._fetch_kw.get("max_batch")
@@ -134,7 +135,8 @@ class Session:
         if held:  # the process engine's counts arrive with its frames instead
             obs.held = held
         self._gather_counters()
-        return obs.snapshot({"engine": self.kind, "workers": self.workers})
+        return obs.snapshot({"engine": self.kind, "workers": self.workers,
+                             "priming": self.priming})
 
     def lane_states(self) -> dict[int, dict | None]:
         """Per owned lane: its state at the last unit delivered to the caller."""

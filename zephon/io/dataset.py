@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from zephon.io import download_ahead, read_ahead
 from zephon.io.discovery import Catalog, discover
+from zephon.io.index_file import read_index
 from zephon.io.jsonl import JsonlShardReader
 from zephon.io.lines import compression_of
 from zephon.io.local_copy import (
@@ -181,6 +182,26 @@ class Dataset:
         None for in-memory datasets."""
         return None if self._catalog is None else self._catalog.raw_bytes
 
+    def identity(self) -> dict[str, Any]:
+        """What the records are, for caches keyed by content (token estimates): format,
+        location, and per shard its name, rows, bytes and version. An index's own digest is
+        left out, so that adding figures to index.json does not change the dataset's identity."""
+        cat = self._catalog
+        if cat is None:
+            return {"memory": self._name, "rows": self._counts.tolist()}
+        versions = ["index" if str(v).startswith("index:") else v for v in cat.versions]
+        return {"fmt": self._fmt, "url": self.url, "names": list(cat.names),
+                "rows": cat.counts.tolist(), "bytes": cat.sizes.tolist(), "versions": versions}
+
+    def token_estimates(self) -> dict[str, Any]:
+        """Token figures that ``build-index --tokenizer`` stored in index.json, by key (see
+        ``zephon/engine/priming.py``); empty for a dataset without an index."""
+        if self._location is None or self._catalog is None or not self._catalog.from_index:
+            return {}
+        doc = read_index(self._location, self._name)
+        found = doc.get("token_estimates") if isinstance(doc, dict) else None
+        return found if isinstance(found, dict) else {}
+
     def count(self, shard_id: int) -> int:
         return int(self._counts[self._index(shard_id)])
 
@@ -341,6 +362,13 @@ class Dataset:
             starts = None
         rt.row_groups[sid] = starts
         return starts
+
+    def record_bytes(self, shard_id: int, rows: np.ndarray | Sequence[int]) -> np.ndarray | None:
+        """Stored bytes of each of ``rows`` where the format keeps records apart (a JSONL
+        record's line), None where it does not (Parquet, memory)."""
+        if self._fmt != "jsonl" or self._memory is not None:
+            return None
+        return self._reader(shard_id).record_bytes(np.asarray(rows, dtype=np.int64))
 
     def read_payloads(self, shard_id: int, rows: np.ndarray | Sequence[int]) -> list:
         """Rows of one shard as fresh Python payloads (exact dicts for JSONL and Parquet)."""

@@ -76,6 +76,11 @@ class JsonlShardReader:
             raise IndexError(f"dataset {self.ref.dataset!r}, shard {self.ref.display}: row index "
                              f"{bad} out of range for a shard of {self.rows} records")
 
+    def record_bytes(self, rows: np.ndarray) -> np.ndarray:
+        """Bytes of each record's line (with its line break), from the line index."""
+        self._check_rows(rows)
+        return self._offsets[rows + 1] - self._offsets[rows]
+
     def _gather(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The lines of ``rows`` laid end to end (in the given order) and their offsets."""
         starts = np.ascontiguousarray(self._offsets[rows], dtype=np.int64)

@@ -38,10 +38,15 @@ class TokenEstimation:
 
     primer: Primer = "measure"
     measure: Callable[[Any], int] | None = None
-    calibration_samples: int = 2048
+    calibration_samples: int = 2048  # at most this many records are tokenized per dataset
     calibration_shards_min: int = 4
     calibration_shards_max: int = 16
     fallback_tokens_per_byte: float = 0.25
+    # sampling stops once the estimate's confidence half-width is within ``precision`` of it
+    # (zephon/work/calibration.py); ``max_scanned`` caps the records whose length is measured
+    precision: float = 0.01
+    confidence: float = 0.95
+    max_scanned: int = 65536
 
     def __post_init__(self) -> None:
         primer = self.primer
@@ -59,7 +64,12 @@ class TokenEstimation:
             object.__setattr__(self, "primer", check_ratio(primer, "primer"))
         if self.measure is not None and not callable(self.measure):
             raise ValueError("measure must be a callable payload -> token count, or None")
-        for name in ("calibration_samples", "calibration_shards_min", "calibration_shards_max"):
+        for name in ("precision", "confidence"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v < 1:
+                raise ValueError(f"{name} must be a number between 0 and 1, got {v!r}")
+        for name in ("calibration_samples", "calibration_shards_min", "calibration_shards_max",
+                     "max_scanned"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")

@@ -14,6 +14,8 @@ operator and reason the first time something is counted, and renders them in
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import warnings
 from typing import Any
 
@@ -87,6 +89,18 @@ def count_tokens(op: str, reason: str, dataset_ids: Any, tokens: Any) -> None:
     LOCAL.count_tokens(op, reason, dataset_ids, tokens)
 
 
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside zephon (the user's
+    loop), however deep in the engine it is raised."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 class Ledger:
     """The training process's view: every process's counts, named by dataset, and said."""
 
@@ -103,7 +117,7 @@ class Ledger:
             if (op, reason) not in self.warned:
                 self.warned.add((op, reason))
                 warnings.warn(f"zephon: {self.describe(op, reason)}", RuntimeWarning,
-                              stacklevel=2)
+                              stacklevel=user_stacklevel())
 
     def _name(self, d: int) -> str:
         return self.names[d] if 0 <= d < len(self.names) else f"dataset {d}"

@@ -89,6 +89,10 @@ def count_tokens(op: str, reason: str, dataset_ids: Any, tokens: Any) -> None:
     LOCAL.count_tokens(op, reason, dataset_ids, tokens)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -126,9 +130,9 @@ class Ledger:
         parts = []
         for (o, r, d), (recs, toks) in sorted(self.losses.counts.items()):
             if (o, r) == (op, reason):
-                what = f"{recs:,} records" if recs else ""
+                what = _count(recs, "record") if recs else ""
                 if toks:
-                    what += (", " if what else "") + f"{toks:,} tokens"
+                    what += (", " if what else "") + _count(toks, "token")
                 parts.append(f"{self._name(d)}: {what}")
         meaning = REASONS.get(reason, reason)
         return (f"operator {op} counted records or tokens as '{reason}' ({meaning}) so far — "

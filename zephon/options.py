@@ -120,6 +120,10 @@ class RuntimeOptions:
                 prev = self.explicit.get("io_options")
                 value = (StoreOptions.coerce(prev).merged(value) if prev is not None
                          else StoreOptions.coerce(value))
+            if name == "mixture_config":
+                from zephon.work.read_config import coerce
+
+                value = coerce(value)  # a bad config fails here, not at the first batch
             if name == "mp_context":
                 self.explicit["start_method"] = value
             self.explicit[name] = value

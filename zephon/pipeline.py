@@ -24,8 +24,11 @@ class Pipeline:
     """A lazily built chain of operators over a WorkSource. Iterate it to get batches."""
 
     def __init__(self, work_source: Any) -> None:
-        if not hasattr(work_source, "lane_chunk"):
-            raise TypeError("Pipeline needs a WorkSource such as StaticMixtureWorkSource")
+        from zephon.engine.chunk_source import speaks_clone_protocol
+
+        if not hasattr(work_source, "lane_chunk") and not speaks_clone_protocol(work_source):
+            raise TypeError("Pipeline needs a WorkSource such as StaticMixtureWorkSource (or "
+                            "one with next_chunk(), clone_for_lane() and datasets_by_id)")
         self.work_source = work_source
         self._ops: list[BaseOp] = []
         self._fetch_kw: dict[str, Any] = {}
@@ -167,7 +170,8 @@ class Pipeline:
         """A user operator: ``add_op(MyOp(...))`` with a ``BaseOp`` subclass instance, or
         ``add_op("name", process_many=fn, preserves_cursor_order=True, accumulator=None,
         process_one=None, validation_samples=None, parallelism=1, placement="auto",
-        indexable=False, batch_shape_sensitive=False, requires_serial_state=False)``."""
+        indexable=False, batch_shape_sensitive=False, requires_serial_state=False,
+        calibration_replayable=False)``."""
         from zephon.ops.add_op import build_add_op
 
         return self._append(build_add_op(op, **kw))

@@ -40,6 +40,13 @@ def _calibration_pointers(ds, te) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(shards), np.concatenate(rows)
 
 
+def calibration_replayable(op) -> bool:
+    """Whether priming may run ``op`` on calibration samples (see ``OpTraits``)."""
+    if isinstance(op, (DecodeTextOp, MapTransformOp)):
+        return True
+    return bool(op.traits().calibration_replayable)
+
+
 def prime(pipeline, ratios_from_checkpoint: dict | None = None) -> None:
     """Measure (or take from a checkpoint) the tokens per byte a token-aware source needs."""
     ws = pipeline.work_source
@@ -58,10 +65,12 @@ def prime(pipeline, ratios_from_checkpoint: dict | None = None) -> None:
         if tok_i is None:
             raise ValueError("a token-aware work source needs a tokenize operator (or "
                              "TokenEstimation(measure=...) or pinned primer ratios)")
-        bad = [o.op_name for o in ops[:tok_i] if not isinstance(o, (DecodeTextOp, MapTransformOp))]
+        bad = [o.op_name for o in ops[:tok_i] if not calibration_replayable(o)]
         if bad:
             raise ValueError(f"cannot measure tokens per byte through {bad}: pin the ratios "
-                             "(TokenEstimation(primer={...})) or pass measure=")
+                             "(TokenEstimation(primer={...})), pass measure=, or declare the "
+                             "operator calibration_replayable=True if running it record by "
+                             "record gives the payloads and counts of a real run")
     fetch = pipeline._all_ops()[0]
     ratios = {}
     names = list(ws.component_ids())

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
+from zephon.engine.chunk_source import engine_source
 from zephon.engine.lane_plan import LanePlan
 from zephon.engine.plan import compile_plan
 from zephon.engine.topology import resolve_topology
@@ -53,7 +54,9 @@ class Session:
         restore = {lane: st for lane, st in self.restore_states.items()
                    if st is not None and lane in topo.owned_lanes}
         extra = {"prefetch": self.pipeline._prefetch} if self.pipeline._prefetch else {}
-        return LanePlan(self.plan, self.pipeline.work_source, topo.owned_lanes,
+        source = engine_source(self.pipeline.work_source,
+                               self.pipeline._options.get("mixture_config"), restore)
+        return LanePlan(self.plan, source, topo.owned_lanes,
                         topo.canonical_replicas, self.micro, restore or None, extra)
 
     def _make_engine(self):

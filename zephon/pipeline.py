@@ -142,6 +142,17 @@ class Pipeline:
 
         return self._append(PackOp(max_length, flat=False, work_source=self.work_source, **kw))
 
+    def expand_chat(self, *, field: str = "messages", placement: str = "auto",
+                    parallelism: int | None = None) -> Pipeline:
+        """One record per answered user query of the conversation in ``field`` (a dotted path):
+        each keeps the conversation up to the next user message (``zephon.ops.expand_chat``)."""
+        from zephon.ops.expand_chat import ExpandChatOp
+
+        datasets = self.work_source.datasets_by_id
+        ordered = [datasets[i] for i in sorted(datasets)] if isinstance(datasets, Mapping) \
+            else list(datasets)
+        return self._append(ExpandChatOp(ordered, field=field, parallelism=parallelism))
+
     # -- builder: user operators (docs/user_operators.md) -------------------------------------
 
     def stateful_transform(self, name: str, *, init_state: Callable[[], Any],

@@ -271,6 +271,17 @@ class Pipeline:
         buffers, shared memory and memory in use; None before the first iteration."""
         return None if self._runtime is None else self._runtime.metrics_snapshot()
 
+    def fetch_timing_snapshot(self) -> Any:
+        """Per-shard read timing (``zephon.timing_stats.FetchTimingSummary``) of the current
+        or last run; None before iterating, after a change, or unless
+        ``enable_observability("nodes")`` (``"stages"`` gives a summary without stages)."""
+        return None if self._runtime is None else self._runtime.timing_snapshot("fetch")
+
+    def prefetch_timing_snapshot(self) -> Any:
+        """``prefetch()`` look-ahead counters (``PrefetchTimingSummary``); None as for
+        ``fetch_timing_snapshot``."""
+        return None if self._runtime is None else self._runtime.timing_snapshot("prefetch")
+
     def to_torch_dataset(self, stateful: bool = True) -> Any:
         from zephon.engine.priming import prime
         from zephon.torch import PipelineIterableDataset

@@ -37,6 +37,8 @@ class Session:
         prime(pipeline, pending.get("token_ratios") if pending else None)
         self.topology = resolve_topology(opts)
         self.plan = compile_plan(pipeline._all_ops())
+        self.tracking = (pipeline._observability or {}).get("tracking", "off")
+        self.plan.worker_ops[0].timing = self.tracking == "nodes"  # fetch: per-shard timing
         fetch_batch = pipeline._fetch_kw.get("max_batch")
         self.micro = int(fetch_batch or opts.get("micro_batch_size"))
         self.kind, self.workers = engine_kind(pipeline)
@@ -138,6 +140,26 @@ class Session:
             obs.held = held
         self._gather_counters()
         return obs.snapshot({"engine": self.kind, "workers": self.workers})
+
+    def timing_snapshot(self, kind: str) -> Any:
+        """``FetchTimingSummary`` (kind "fetch") or ``PrefetchTimingSummary`` ("prefetch"),
+        None when tracking is off or nothing ran yet."""
+        import hashlib
+
+        from zephon import timing_stats
+
+        obs = getattr(self, "observer", None)
+        if obs is None or self.tracking == "off":
+            return None
+        if self.active:
+            self._gather_counters()
+        names = "->".join(op.op_name for op in self.pipeline._all_ops())
+        plan_id = hashlib.sha256(names.encode()).hexdigest()[:12]
+        sink = (self.pipeline._observability or {}).get("sink")
+        interval = float(getattr(sink, "flush_interval_s", None)
+                         or (sink or {}).get("flush_interval_s", 0.0) if sink else 0.0)
+        build = timing_stats.fetch_summary if kind == "fetch" else timing_stats.prefetch_summary
+        return build(obs.fetch_timing, plan_id, interval, self.tracking)
 
     def lane_states(self) -> dict[int, dict | None]:
         """Per owned lane: its state at the last unit delivered to the caller."""

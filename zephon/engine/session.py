@@ -36,6 +36,11 @@ class Session:
         pending = pipeline._pending_restore
         prime(pipeline, pending.get("token_ratios") if pending else None)
         self.topology = resolve_topology(opts)
+        store = opts.get("aggregate_store")
+        if store and self.topology.world_size > 1:  # unreachable: say so now, not at a checkpoint
+            from zephon.engine.store_gather import client
+
+            client(str(store), float(opts.get("aggregate_timeout_s")))
         self.plan = compile_plan(pipeline._all_ops())
         self.tracking = (pipeline._observability or {}).get("tracking", "off")
         self.plan.worker_ops[0].timing = self.tracking == "nodes"  # fetch: per-shard timing

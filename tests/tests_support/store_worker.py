@@ -40,11 +40,12 @@ def with_group(rank: int, world: int, port: int, out_dir: str) -> None:
         p = build("torch://")
         batches = take(p, 3)
         states = [p.checkpoint() for _ in range(4)]  # rounds 1..4: old rounds are dropped
+        dist.barrier()  # every rank is done with its last checkpoint
         keys = []
         if rank == 0:  # what the group's store server holds of ours
             listing = dist.TCPStore("127.0.0.1", port, is_master=False).list_keys()
             keys = sorted(k for k in listing if "zephon/" in k)
-        dist.barrier()
+        dist.barrier()  # the server (rank 0's) stays up until the listing is done
         with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
             json.dump({"batches": batches, "states": states, "keys": keys}, f)
     finally:

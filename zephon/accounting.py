@@ -31,6 +31,8 @@ REASONS = {
     "filtered": "removed by a filter",
     "empty": "had no tokens",
     "discarded_tokens": "tokens left over at the end of a stream that could not fill a row",
+    "no_answer": "conversations without an answered user query (expand_chat)",
+    "unanswered_turns": "kept, with trailing user turns that had no answer cut off (expand_chat)",
 }
 
 

@@ -10,6 +10,18 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from zephon.timing_stats import (
+    FetchStageSummary,
+    FetchTimingSummary,
+    FetchTimingTotals,
+    PrefetchTimingSummary,
+    PrefetchTimingTotals,
+)
+
+__all__ = ["ExecutionTrackingMode", "FetchStageSummary", "FetchTimingSummary",
+           "FetchTimingTotals", "MetricsSink", "MetricsSinkConfig", "MetricsSinkMode",
+           "PrefetchTimingSummary", "PrefetchTimingTotals"]
+
 
 class ExecutionTrackingMode(str, Enum):
     OFF = "off"

@@ -33,7 +33,8 @@ KNOWN_OPTIONS: dict[str, Any] = {
     "canonical_replicas": None, "dp_degree": None, "dp_group_id": None,
     "world_size": None, "global_rank": None, "mapping_strategy": None,
     # checkpoint aggregation
-    "run_id": "default_run_id", "aggregate_dir": None, "aggregate_timeout_s": 180.0,
+    "run_id": "default_run_id", "aggregate_dir": None, "aggregate_store": None,
+    "aggregate_timeout_s": 180.0,
     "aggregate_serializer": "json", "aggregate_compressor": "none",
     # misc reference options
     "mixture_config": None, "io_options": None, "allow_latency_flush_in_deterministic": True,
@@ -106,6 +107,9 @@ class RuntimeOptions:
     explicit: dict[str, Any] = field(default_factory=dict)
 
     def update(self, **kw: Any) -> None:
+        both = {**self.explicit, **kw}
+        if both.get("aggregate_dir") is not None and both.get("aggregate_store") is not None:
+            raise ValueError("set aggregate_dir or aggregate_store, not both")
         for name, value in kw.items():
             if name not in KNOWN_OPTIONS:
                 warnings.warn(f"Pipeline.options: unknown option {name!r} ignored", stacklevel=3)
@@ -120,6 +124,14 @@ class RuntimeOptions:
                 prev = self.explicit.get("io_options")
                 value = (StoreOptions.coerce(prev).merged(value) if prev is not None
                          else StoreOptions.coerce(value))
+            if name == "mixture_config":
+                from zephon.work.read_config import coerce
+
+                value = coerce(value)  # a bad config fails here, not at the first batch
+            if name == "aggregate_store" and value is not None:
+                from zephon.engine.store_gather import parse_store_uri
+
+                parse_store_uri(value)  # a bad URI fails here, not at the first checkpoint
             if name == "mp_context":
                 self.explicit["start_method"] = value
             self.explicit[name] = value

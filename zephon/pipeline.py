@@ -24,8 +24,11 @@ class Pipeline:
     """A lazily built chain of operators over a WorkSource. Iterate it to get batches."""
 
     def __init__(self, work_source: Any) -> None:
-        if not hasattr(work_source, "lane_chunk"):
-            raise TypeError("Pipeline needs a WorkSource such as StaticMixtureWorkSource")
+        from zephon.engine.chunk_source import speaks_clone_protocol
+
+        if not hasattr(work_source, "lane_chunk") and not speaks_clone_protocol(work_source):
+            raise TypeError("Pipeline needs a WorkSource such as StaticMixtureWorkSource (or "
+                            "one with next_chunk(), clone_for_lane() and datasets_by_id)")
         self.work_source = work_source
         self._ops: list[BaseOp] = []
         self._fetch_kw: dict[str, Any] = {}
@@ -144,6 +147,17 @@ class Pipeline:
 
         return self._append(PackOp(max_length, flat=False, work_source=self.work_source, **kw))
 
+    def expand_chat(self, *, field: str = "messages", placement: str = "auto",
+                    parallelism: int | None = None) -> Pipeline:
+        """One record per answered user query of the conversation in ``field`` (a dotted path):
+        each keeps the conversation up to the next user message (``zephon.ops.expand_chat``)."""
+        from zephon.ops.expand_chat import ExpandChatOp
+
+        datasets = self.work_source.datasets_by_id
+        ordered = [datasets[i] for i in sorted(datasets)] if isinstance(datasets, Mapping) \
+            else list(datasets)
+        return self._append(ExpandChatOp(ordered, field=field, parallelism=parallelism))
+
     # -- builder: user operators (docs/user_operators.md) -------------------------------------
 
     def stateful_transform(self, name: str, *, init_state: Callable[[], Any],
@@ -172,7 +186,8 @@ class Pipeline:
         """A user operator: ``add_op(MyOp(...))`` with a ``BaseOp`` subclass instance, or
         ``add_op("name", process_many=fn, preserves_cursor_order=True, accumulator=None,
         process_one=None, validation_samples=None, parallelism=1, placement="auto",
-        indexable=False, batch_shape_sensitive=False, requires_serial_state=False)``."""
+        indexable=False, batch_shape_sensitive=False, requires_serial_state=False,
+        calibration_replayable=False)``."""
         from zephon.ops.add_op import build_add_op
 
         return self._append(build_add_op(op, **kw))
@@ -260,6 +275,17 @@ class Pipeline:
         """Per operator records/bytes/busy time, per dataset delivery against the target,
         buffers, shared memory and memory in use; None before the first iteration."""
         return None if self._runtime is None else self._runtime.metrics_snapshot()
+
+    def fetch_timing_snapshot(self) -> Any:
+        """Per-shard read timing (``zephon.timing_stats.FetchTimingSummary``) of the current
+        or last run; None before iterating, after a change, or unless
+        ``enable_observability("nodes")`` (``"stages"`` gives a summary without stages)."""
+        return None if self._runtime is None else self._runtime.timing_snapshot("fetch")
+
+    def prefetch_timing_snapshot(self) -> Any:
+        """``prefetch()`` look-ahead counters (``PrefetchTimingSummary``); None as for
+        ``fetch_timing_snapshot``."""
+        return None if self._runtime is None else self._runtime.timing_snapshot("prefetch")
 
     def to_torch_dataset(self, stateful: bool = True) -> Any:
         from zephon.engine.priming import prime

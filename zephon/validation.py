@@ -13,6 +13,8 @@ operator's ``validation_samples()`` -- and the harness reports, per operator:
 - ``OP_GROUPING_DEPENDENT``: a stateless op whose output depends on how records are grouped,
   i.e. on ``micro_batch_size`` (error; declare ``batch_shape_sensitive=True`` if intended);
 - ``OP_SAMPLE_ID_CHANGED`` / ``OP_LANE_CHANGED`` / ``OP_DUPLICATE_CURSOR``: identity (error);
+- ``OP_CALIBRATION_REPLAY_MISMATCH``: declared ``calibration_replayable`` but one record at a
+  time gives other outputs than the grouped run (error);
 - ``ACC_*``: accumulator checks, see ``zephon.validation_accumulator`` (errors);
 - ``OP_WRITES_SELF`` / ``OP_WRITES_SHARED_STATE`` / ``OP_UNSEEDED_RANDOM``: source checks
   (warnings);
@@ -265,6 +267,14 @@ def probe_process_many(op: UserOp, lanes: dict[int, list], add: Callable[..., No
                 "grouped into calls; groups follow micro_batch_size, so the data would too. "
                 "Group explicitly with accumulator=CountingAccumulator(...) and set "
                 "batch_shape_sensitive=True")
+    if op.traits().calibration_replayable and not any(
+            isinstance(e, SampleBatch) for es in lanes.values() for e in es):
+        # priming replays the op on records one at a time, without its accumulator
+        if {k: sorted(v) for k, v in attempt(order, split=True).items()} != \
+                {k: sorted(v) for k, v in base.items()}:
+            add("error", "OP_CALIBRATION_REPLAY_MISMATCH", "declared calibration_replayable, "
+                "but one record at a time gives other payloads or counts than the grouped run "
+                "(token-aware priming would measure wrong ratios)")
     return True
 
 

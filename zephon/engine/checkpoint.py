@@ -56,7 +56,13 @@ def fingerprint(pipeline) -> dict:
         ws_fp.update({k: v for k, v in ws.state_dict().items()
                       if k not in _PER_LANE_KEYS})
     ops = [op_fingerprint(o) for o in pipeline._ops]
-    return {"work_source": _jsonable(ws_fp), "operators": ops}
+    out = {"work_source": _jsonable(ws_fp), "operators": ops}
+    from zephon.work.read_config import coerce
+
+    read = coerce(pipeline._options.get("mixture_config"))
+    if read is not None and not read.is_default:  # the order chunks are read in is data
+        out["mixture_config"] = read.describe()
+    return out
 
 
 def build(pipeline, canonical_replicas: int, lane_states: Mapping[int, dict | None]) -> dict:

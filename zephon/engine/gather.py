@@ -1,7 +1,9 @@
 """Multi-rank checkpoints: every rank contributes its lanes, every rank gets the merged dict.
 
-Through ``torch.distributed`` when a process group is initialised (``all_gather_object``, gloo
-or nccl), else through ``options(aggregate_dir=...)`` (a shared folder or fsspec URL). With
+Through ``options(aggregate_store="torch://")`` (torch.distributed's key-value store,
+``store_gather.py``) when set; else through ``torch.distributed`` when a process group is
+initialised (``all_gather_object``, gloo or nccl), else through ``options(aggregate_dir=...)``
+(a shared folder or fsspec URL). With
 neither, a rank's checkpoint holds its own lanes and ``merge_checkpoints`` joins them later.
 """
 
@@ -50,6 +52,12 @@ def gather(local: dict, opts, topology, round_no: int) -> dict:
     """The merged checkpoint of all ranks (collective: every rank must call it)."""
     if topology.world_size <= 1:
         return local
+    store = opts.get("aggregate_store")
+    if store:  # chosen explicitly: the torch store, even when a process group exists
+        from zephon.engine.store_gather import gather_store
+
+        return gather_store(local, str(store), str(opts.get("run_id")), topology,
+                            float(opts.get("aggregate_timeout_s")), round_no)
     dist = _dist()
     if dist is not None:
         parts: list = [None] * dist.get_world_size()

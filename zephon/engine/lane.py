@@ -102,6 +102,11 @@ class LaneRunner:
             if self.done:
                 return None
             self.base = {"position": list(self.position), "ops": self.chain.get_state()}
+            point = getattr(self.lane_plan and self.lane_plan.work_source, "resume_point", None)
+            if point is not None:  # a streaming user source: where its restore starts
+                source = point(self.lane_id, self.base)
+                if source is not None:
+                    self.base["source"] = source
             self.since = 0
             t0 = metrics.now()
             item = next(self.prepared, None)

@@ -13,6 +13,7 @@ from typing import Any
 
 from zephon import accounting
 from zephon.block import Block
+from zephon.io import fetch_timing
 
 
 def block_bytes(block: Block | None) -> int:
@@ -69,6 +70,9 @@ class Registry:
         losses = accounting.LOCAL.take_delta()
         if losses:
             out["losses"] = losses
+        timing = fetch_timing.LOCAL.take_delta()
+        if timing:
+            out["fetch_timing"] = timing
         self.ops = {}
         self.wait_ns = 0
         return out
@@ -78,6 +82,7 @@ class Registry:
             self.ops.setdefault(k, OpStats()).add_counts(v)
         self.wait_ns += int(delta.get("wait_ns", 0))
         accounting.LOCAL.merge(delta.get("losses", ()))  # passed on with this process's delta
+        fetch_timing.LOCAL.merge(delta.get("fetch_timing"))
 
 
 LOCAL = Registry()

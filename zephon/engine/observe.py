@@ -17,6 +17,7 @@ import numpy as np
 from zephon import accounting
 from zephon.block import TOKEN_FIELDS, Block, ragged_column
 from zephon.engine import metrics
+from zephon.io import fetch_timing
 
 
 def _tokens_per_dataset(block: Block, n_datasets: int, field: str | None) -> np.ndarray | None:
@@ -46,6 +47,8 @@ class Observer:
         # one process share them, so their operator figures add up)
         metrics.LOCAL.take_delta()
         self.ledger = accounting.Ledger(names)
+        fetch_timing.LOCAL.take_delta()  # like the operator counters: from zero
+        self.fetch_timing = fetch_timing.Counters()
         self.records = np.zeros(len(names), dtype=np.int64)
         self.tokens = np.zeros(len(names), dtype=np.int64)
         self.units = 0
@@ -97,6 +100,7 @@ class Observer:
         if "held" in delta:  # the coordinator's buffers, as of its last frame
             self.held = delta["held"]
         self.ledger.merge(accounting.LOCAL.take_delta())
+        self.fetch_timing.merge(fetch_timing.LOCAL.take_delta())
 
     def merge_local(self) -> None:
         """Counters of this process (the inline engine's operators, the serial stage)."""

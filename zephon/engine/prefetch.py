@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from zephon.block import Block
+from zephon.io import fetch_timing
 
 
 def lookahead(blocks: Iterator[Block], buffer_size: int, prefetcher) -> Iterator[Block]:
@@ -24,10 +25,13 @@ def lookahead(blocks: Iterator[Block], buffer_size: int, prefetcher) -> Iterator
     def submit(block: Block) -> None:
         pairs = np.unique(np.stack([block.meta["dataset_id"], block.meta["shard_id"]], axis=1),
                           axis=0)
+        fetch_timing.LOCAL.add_prefetch(batches=1, samples=len(block))
         for d, s in pairs.tolist():
             if (d, s) not in seen:
                 seen.add((d, s))
-                prefetcher.submit(d, [s])
+                fetch_timing.LOCAL.add_prefetch(prefetch_requests=1)
+                for fut in prefetcher.submit(d, [s]):
+                    fut.add_done_callback(_count_outcome)
 
     for block in blocks:
         submit(block)
@@ -39,3 +43,8 @@ def lookahead(blocks: Iterator[Block], buffer_size: int, prefetcher) -> Iterator
             yield out
     while window:
         yield window.popleft()
+
+
+def _count_outcome(fut) -> None:
+    ok = not fut.cancelled() and fut.exception() is None
+    fetch_timing.LOCAL.add_prefetch(**{"prefetch_succeeded" if ok else "prefetch_failed": 1})

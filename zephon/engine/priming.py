@@ -43,6 +43,13 @@ log = logging.getLogger("zephon")
 CACHE_VERSION = 1
 
 
+def calibration_replayable(op) -> bool:
+    """Whether priming may run ``op`` on calibration samples (see ``OpTraits``)."""
+    if isinstance(op, (DecodeTextOp, MapTransformOp)):
+        return True
+    return bool(op.traits().calibration_replayable)
+
+
 def prime(pipeline, ratios_from_checkpoint: dict | None = None) -> dict | None:
     """Give a token-aware work source its tokens per byte; returns what was done (for
     ``metrics_snapshot()["priming"]``), or None when there was nothing to do."""
@@ -110,10 +117,12 @@ def _tokenize_index(ops: list, te) -> int | None:
         if tok_i is None:
             raise ValueError("a token-aware work source needs a tokenize operator (or "
                              "TokenEstimation(measure=...) or pinned primer ratios)")
-        bad = [o.op_name for o in ops[:tok_i] if not isinstance(o, (DecodeTextOp, MapTransformOp))]
+        bad = [o.op_name for o in ops[:tok_i] if not calibration_replayable(o)]
         if bad:
             raise ValueError(f"cannot measure tokens per byte through {bad}: pin the ratios "
-                             "(TokenEstimation(primer={...})) or pass measure=")
+                             "(TokenEstimation(primer={...})), pass measure=, or declare the "
+                             "operator calibration_replayable=True if running it record by "
+                             "record gives the payloads and counts of a real run")
     return tok_i
 
 

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
+from zephon.engine.chunk_source import engine_source
 from zephon.engine.lane_plan import LanePlan
 from zephon.engine.plan import compile_plan
 from zephon.engine.topology import resolve_topology
@@ -36,7 +37,14 @@ class Session:
         # where each token-aware dataset's figure came from, and how long it took
         self.priming = prime(pipeline, pending.get("token_ratios") if pending else None)
         self.topology = resolve_topology(opts)
+        store = opts.get("aggregate_store")
+        if store and self.topology.world_size > 1:  # unreachable: say so now, not at a checkpoint
+            from zephon.engine.store_gather import client
+
+            client(str(store), float(opts.get("aggregate_timeout_s")))
         self.plan = compile_plan(pipeline._all_ops())
+        self.tracking = (pipeline._observability or {}).get("tracking", "off")
+        self.plan.worker_ops[0].timing = self.tracking == "nodes"  # fetch: per-shard timing
         fetch_batch = pipeline._fetch_kw.get("max_batch")
         self.micro = int(fetch_batch or opts.get("micro_batch_size"))
         self.kind, self.workers = engine_kind(pipeline)
@@ -54,7 +62,9 @@ class Session:
         restore = {lane: st for lane, st in self.restore_states.items()
                    if st is not None and lane in topo.owned_lanes}
         extra = {"prefetch": self.pipeline._prefetch} if self.pipeline._prefetch else {}
-        return LanePlan(self.plan, self.pipeline.work_source, topo.owned_lanes,
+        source = engine_source(self.pipeline.work_source,
+                               self.pipeline._options.get("mixture_config"), restore)
+        return LanePlan(self.plan, source, topo.owned_lanes,
                         topo.canonical_replicas, self.micro, restore or None, extra)
 
     def _make_engine(self):
@@ -137,6 +147,26 @@ class Session:
         self._gather_counters()
         return obs.snapshot({"engine": self.kind, "workers": self.workers,
                              "priming": self.priming})
+
+    def timing_snapshot(self, kind: str) -> Any:
+        """``FetchTimingSummary`` (kind "fetch") or ``PrefetchTimingSummary`` ("prefetch"),
+        None when tracking is off or nothing ran yet."""
+        import hashlib
+
+        from zephon import timing_stats
+
+        obs = getattr(self, "observer", None)
+        if obs is None or self.tracking == "off":
+            return None
+        if self.active:
+            self._gather_counters()
+        names = "->".join(op.op_name for op in self.pipeline._all_ops())
+        plan_id = hashlib.sha256(names.encode()).hexdigest()[:12]
+        sink = (self.pipeline._observability or {}).get("sink")
+        interval = float(getattr(sink, "flush_interval_s", None)
+                         or (sink or {}).get("flush_interval_s", 0.0) if sink else 0.0)
+        build = timing_stats.fetch_summary if kind == "fetch" else timing_stats.prefetch_summary
+        return build(obs.fetch_timing, plan_id, interval, self.tracking)
 
     def lane_states(self) -> dict[int, dict | None]:
         """Per owned lane: its state at the last unit delivered to the caller."""

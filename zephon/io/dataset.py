@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from zephon.io import download_ahead, read_ahead
+from zephon.io import download_ahead, fetch_timing, read_ahead
 from zephon.io.discovery import Catalog, discover
 from zephon.io.index_file import read_index
 from zephon.io.jsonl import JsonlShardReader
@@ -52,6 +52,7 @@ class _Runtime:
         self.opening: dict[int, threading.Lock] = {}
         self.last_opened: int | None = None  # catalog position of the shard opened last
         self.row_groups: dict[int, np.ndarray | None] = {}  # shard -> row_group_starts()
+        self.opened: set[int] = set()  # shards opened before (a second open is a reopen)
 
 
 class Dataset:
@@ -249,17 +250,31 @@ class Dataset:
             reader = rt.readers.get(sid)
             if reader is not None:
                 rt.readers.move_to_end(sid)
+                fetch_timing.note("cache_hits")
                 return reader
             opening = rt.opening.setdefault(sid, threading.Lock())
         with opening:  # one thread opens a shard; other shards open in parallel
             with rt.lock:
                 reader = rt.readers.get(sid)
-            if reader is None:
+            if reader is not None:
+                fetch_timing.note("cache_hits")  # another thread opened it meanwhile
+            else:
+                t0 = fetch_timing.timed_ns()
                 reader = self._open(sid, rt.res)
+                fetch_timing.note("open_ns", fetch_timing.timed_ns() - t0)
+                fetch_timing.note("cache_misses")
                 with rt.lock:
+                    if sid in rt.opened:
+                        fetch_timing.note("shard_reopens")
+                    rt.opened.add(sid)
                     rt.readers[sid] = reader
-                    while len(rt.readers) > MAX_OPEN_SHARDS:
-                        rt.readers.popitem(last=False)[1].close()
+                    evicted = [rt.readers.popitem(last=False)[1]
+                               for _ in range(len(rt.readers) - MAX_OPEN_SHARDS)]
+                t0 = fetch_timing.timed_ns()
+                for old in evicted:
+                    old.close()
+                if evicted:
+                    fetch_timing.note("close_ns", fetch_timing.timed_ns() - t0)
                 self._after_open(rt, sid)
         return reader
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from zephon.io import fetch_timing
 from zephon.io.cache import ShardCache, cache_for, entry_key
 from zephon.io.errors import ShardMissingError
 from zephon.io.lines import (
@@ -178,7 +179,9 @@ def local_jsonl(ref: ShardRef, res: Resources) -> tuple[str, np.ndarray]:
 
         res.retry(attempt, f"reading {ref.display}", download=True)
 
+    t0 = fetch_timing.timed_ns()
     path = cache.get_or_create(key, decoded_name(ref.name), produce, expected)
+    fetch_timing.note("resolve_ns", fetch_timing.timed_ns() - t0)
     if produced:  # just written: no need to read the index back
         return str(path), produced[0]
     return str(path), load_or_build(idx, lambda: scan_file(path, dataset=ref.dataset,
@@ -227,4 +230,7 @@ def local_parquet(ref: ShardRef, res: Resources) -> str:
 
         res.retry(attempt, f"downloading {ref.display}", download=True)
 
-    return str(res.cache.get_or_create(ref.remote_key, ref.name, produce, ref.size or None))
+    t0 = fetch_timing.timed_ns()
+    path = res.cache.get_or_create(ref.remote_key, ref.name, produce, ref.size or None)
+    fetch_timing.note("resolve_ns", fetch_timing.timed_ns() - t0)
+    return str(path)

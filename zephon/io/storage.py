@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from zephon.io import fetch_timing
+
 __all__ = ["Location", "ObjectInfo", "with_retries"]
 
 T = TypeVar("T")
@@ -198,6 +200,7 @@ def with_retries(
         except (OSError, TimeoutError) as e:
             if attempt >= attempts:
                 raise OSError(f"{what} failed after {attempts} attempts: {e}") from e
+            fetch_timing.note("retries")
             time.sleep(delay)
             delay = min(max_backoff, delay * 2)
     raise AssertionError("unreachable")

@@ -232,14 +232,16 @@ def build_add_op(op_or_name: Any = None, *, name: Any = _UNSET, process_many: An
                  process_one: Any = _UNSET, validation_samples: Any = _UNSET,
                  parallelism: Any = _UNSET, placement: str = "auto", indexable: Any = _UNSET,
                  batch_shape_sensitive: Any = _UNSET, requires_serial_state: Any = _UNSET,
-                 stall_on_epoch_boundary: Any = _UNSET) -> BaseOp:
+                 stall_on_epoch_boundary: Any = _UNSET,
+                 calibration_replayable: Any = _UNSET) -> BaseOp:
     """The operator ``Pipeline.add_op`` appends (see ``Pipeline.add_op`` for the forms)."""
     given = {k: v for k, v in dict(
         process_many=process_many, preserves_cursor_order=preserves_cursor_order,
         accumulator=accumulator, process_one=process_one, validation_samples=validation_samples,
         parallelism=parallelism, indexable=indexable, batch_shape_sensitive=batch_shape_sensitive,
         requires_serial_state=requires_serial_state,
-        stall_on_epoch_boundary=stall_on_epoch_boundary).items() if v is not _UNSET}
+        stall_on_epoch_boundary=stall_on_epoch_boundary,
+        calibration_replayable=calibration_replayable).items() if v is not _UNSET}
     if isinstance(op_or_name, type):
         raise TypeError(f"add_op needs an instance of {op_or_name.__name__}, not the class")
     if isinstance(op_or_name, BaseOp):
@@ -275,7 +277,8 @@ def build_add_op(op_or_name: Any = None, *, name: Any = _UNSET, process_many: An
     traits = OpTraits(preserves_cursor_order=bool(preserves_cursor_order), parallelism=par,
                       indexable=bool(given.get("indexable", False)),
                       batch_shape_sensitive=bool(given.get("batch_shape_sensitive", False)),
-                      requires_serial_state=bool(given.get("requires_serial_state", False)))
+                      requires_serial_state=bool(given.get("requires_serial_state", False)),
+                      calibration_replayable=bool(given.get("calibration_replayable", False)))
     fop = FunctionOp(op_or_name, process_many=process_many, traits=traits,
                      accumulator=given.get("accumulator"), process_one=given.get("process_one"),
                      validation_samples=given.get("validation_samples"))

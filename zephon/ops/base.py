@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from zephon.block import Block
 from zephon.types import SampleBatch, SampleRecord, block_from_records, records_from_block
@@ -20,7 +20,8 @@ PackingAlgorithm = Literal["first_fit", "best_fit", "wrap", "best_fit_wrap"]
 SpecialTokensMode = Literal["bos_eos", "bos", "eos", "none", "tokenizer_default"]
 MissingFieldMode = Literal["error", "empty"]
 SpanSource = Literal["auto", "generation_tags", "prefix_diff"]
-ReadyBatch = tuple[list, int]
+T = TypeVar("T")  # the element type: SampleRecord before ``batch``, SampleBatch after it
+ReadyBatch = tuple[list[T], int]  # (elements, nanoseconds the first of them waited)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +34,10 @@ class OpTraits:
     batch_shape_sensitive: bool = False
     requires_serial_state: bool = False
     stall_on_epoch_boundary: bool = False
+    # True promises that running the operator on one record at a time, with no accumulator,
+    # gives the same payloads and record counts as a real run (order may differ): token-aware
+    # priming may then replay it between fetch and tokenize (engine/priming.py)
+    calibration_replayable: bool = False
 
 
 @dataclass(frozen=True)
@@ -54,20 +59,24 @@ class OpContext:
         return self._services.get(key, default)
 
 
-class Accumulator(ABC):
-    """Record-level accumulator: decides which records are processed together (per lane)."""
+class Accumulator(ABC, Generic[T]):
+    """Record-level accumulator: decides which records are processed together (per lane).
+
+    Generic in the element type so typed operators can say ``Accumulator[SampleRecord]``."""
 
     @abstractmethod
-    def push_many(self, elems: list) -> list[ReadyBatch]: ...
+    def push_many(self, elems: list[T]) -> list[ReadyBatch]: ...
 
     @abstractmethod
     def flush(self, *, reset: bool = False, lane_id: int | None = None) -> list[ReadyBatch]: ...
 
-    @abstractmethod
-    def has_pending_data(self, lane_id: int | None = None) -> bool: ...
+    def has_pending_data(self, lane_id: int | None = None) -> bool:
+        """Whether records are held (the reference's default says none; override it when
+        yours holds any: the validator checks the answer)."""
+        return False
 
 
-class PassthroughAccumulator(Accumulator):
+class PassthroughAccumulator(Accumulator[T]):
     """Each pushed group is one ready group; nothing is ever held."""
 
     def push_many(self, elems: list) -> list[ReadyBatch]:
@@ -80,7 +89,7 @@ class PassthroughAccumulator(Accumulator):
         return False
 
 
-class CountingAccumulator(Accumulator):
+class CountingAccumulator(Accumulator[T]):
     """Groups of at most ``max_batch`` records, buffered per lane (a group never mixes lanes)."""
 
     def __init__(self, max_batch: int, max_latency_ms: float | None = None) -> None:

@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 from zephon.block import Block, NotColumnar, take_table
+from zephon.io import fetch_timing
 from zephon.ops.base import BaseOp, OpTraits
 
 DEFAULT_FETCH_BATCH = 1024
@@ -35,6 +36,7 @@ class FetchOp(BaseOp):
         # set in worker processes whose results the coordinator puts in order anyway
         # (engine/ownership.py), which saves a copy of every record
         self.restore_order = True
+        self.timing = False  # per-shard read timing (enable_observability("nodes"))
 
     def traits(self) -> OpTraits:
         return OpTraits(preserves_cursor_order=True, parallelism=self.parallelism or 1)
@@ -55,14 +57,15 @@ class FetchOp(BaseOp):
             ds = self.datasets[int(key_d[a])]
             sel = rows[order[a:b]]
             part = None
-            if columnar:
-                try:
-                    part = ds.read_table(int(key_s[a]), sel)
-                except NotColumnar:
-                    columnar = False
-                    parts = [self._as_payloads(p) for p in parts]
-            if part is None:
-                part = ds.read_payloads(int(key_s[a]), sel)
+            with fetch_timing.group(int(key_d[a]), int(key_s[a]), b - a, self.timing):
+                if columnar:
+                    try:
+                        part = ds.read_table(int(key_s[a]), sel)
+                    except NotColumnar:
+                        columnar = False
+                        parts = [self._as_payloads(p) for p in parts]
+                if part is None:
+                    part = ds.read_payloads(int(key_s[a]), sel)
             parts.append(part)
         inverse = np.empty(n, dtype=np.int64)
         inverse[order] = np.arange(n, dtype=np.int64)

@@ -8,10 +8,14 @@ replay history.
 
 from zephon.work.base import SampleId, WorkChunk, WorkSource
 from zephon.work.mixture import MixtureSpec
+from zephon.work.read_config import ComponentOrder, MixtureReadConfig, MixtureReadMode
 from zephon.work.static_mixture import StaticMixtureWorkSource
 from zephon.work.token_estimation import TokenEstimation
 
 __all__ = [
+    "ComponentOrder",
+    "MixtureReadConfig",
+    "MixtureReadMode",
     "MixtureSpec",
     "SampleId",
     "StaticMixtureWorkSource",

@@ -13,7 +13,7 @@ import numpy as np
 SampleId = tuple[int, int, int]  # (dataset_id, shard_id, sample_idx)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class WorkChunk:
     """A bundle of sample pointers for one lane, column-wise and already in read order.
 
@@ -21,6 +21,11 @@ class WorkChunk:
     counts the lane's chunks (0, 1, 2, ...); ``global_index`` is the chunk's place in the
     global curriculum. ``components`` regroups the pointers by component name on demand (for
     code written against the reference API); the engine uses the arrays.
+
+    The reference's form ``WorkChunk(components={name: [(dataset_id, shard_id, sample_idx),
+    ...]}, seed=None, target_mixture=None, source_exhausted=())`` builds the same thing: the
+    components are interleaved by smooth weighted round robin over their counts, each in its
+    listed order (how the reference reads a chunk).
     """
 
     dataset_id: np.ndarray
@@ -32,6 +37,40 @@ class WorkChunk:
     seed: int = 0
     target_mixture: dict[str, float] | None = None
     component_names: tuple[str, ...] = field(default=(), repr=False)
+
+    source_exhausted: tuple[str, ...] = ()
+
+    def __init__(self, dataset_id: Any = None, shard_id: Any = None, sample_idx: Any = None,
+                 lane_id: int = 0, chunk_id: int = 0, global_index: int = 0,
+                 seed: int | None = 0, target_mixture: Mapping[str, float] | None = None,
+                 component_names: tuple[str, ...] = (), *,
+                 components: Mapping[str, Any] | None = None,
+                 source_exhausted: Any = ()) -> None:
+        if isinstance(dataset_id, Mapping):  # the reference's positional components
+            components, dataset_id = dataset_id, None
+        if components is not None:
+            if dataset_id is not None or shard_id is not None or sample_idx is not None:
+                raise TypeError("WorkChunk: pass components= or the pointer arrays, not both")
+            dataset_id, shard_id, sample_idx, component_names = _from_components(components)
+        elif dataset_id is None or shard_id is None or sample_idx is None:
+            raise TypeError("WorkChunk needs dataset_id, shard_id and sample_idx (or components=)")
+        exhausted = tuple(source_exhausted or ())
+        if len(set(exhausted)) != len(exhausted):
+            raise ValueError(f"WorkChunk: source_exhausted names repeat: {list(exhausted)}")
+        if target_mixture is not None:
+            total = float(sum(target_mixture.values()))
+            if total <= 0:
+                raise ValueError("WorkChunk: target_mixture weights must sum to > 0")
+            target_mixture = {str(k): float(v) / total for k, v in target_mixture.items()}
+        for name, value in (("dataset_id", dataset_id), ("shard_id", shard_id),
+                            ("sample_idx", sample_idx), ("lane_id", int(lane_id)),
+                            ("chunk_id", int(chunk_id)), ("global_index", int(global_index)),
+                            ("seed", 0 if seed is None else int(seed)),
+                            ("target_mixture", target_mixture),
+                            ("component_names", tuple(component_names)),
+                            ("source_exhausted", exhausted)):
+            object.__setattr__(self, name, value)
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         for name in ("dataset_id", "shard_id", "sample_idx"):
@@ -68,6 +107,60 @@ class WorkChunk:
         """All pointers as tuples, in read order."""
         return list(zip(self.dataset_id.tolist(), self.shard_id.tolist(),
                         self.sample_idx.tolist()))
+
+    def read_order(self, config: Any = None) -> np.ndarray:
+        """Positions of the pointers in the order ``config`` (a ``MixtureReadConfig``) reads
+        them; the stored order by default."""
+        from zephon.work.read_config import coerce, read_order
+
+        order = read_order(self.dataset_id, self.seed, coerce(config))
+        return np.arange(len(self), dtype=np.int64) if order is None else order
+
+    def iter_samples(self, config: Any = None):
+        """The pointers as tuples in the order ``config`` reads them."""
+        order = self.read_order(config)
+        return zip(self.dataset_id[order].tolist(), self.shard_id[order].tolist(),
+                   self.sample_idx[order].tolist())
+
+    def sample_at(self, index: int, config: Any = None) -> SampleId:
+        """The ``index``-th pointer in the order ``config`` reads them."""
+        i = int(self.read_order(config)[index])
+        return int(self.dataset_id[i]), int(self.shard_id[i]), int(self.sample_idx[i])
+
+    def reordered(self, config: Any = None) -> WorkChunk:
+        """This chunk with its pointers stored in the order ``config`` reads them."""
+        from zephon.work.read_config import coerce, read_order
+
+        order = read_order(self.dataset_id, self.seed, coerce(config))
+        if order is None:
+            return self
+        return WorkChunk(self.dataset_id[order], self.shard_id[order], self.sample_idx[order],
+                         self.lane_id, self.chunk_id, self.global_index, self.seed,
+                         self.target_mixture, self.component_names,
+                         source_exhausted=self.source_exhausted)
+
+
+def _from_components(components: Mapping[str, Any]) -> tuple:
+    """Pointer arrays in SWRR read order from ``{name: [(dataset, shard, sample), ...]}``, and
+    the component name of each dataset id (where a component reads a single dataset)."""
+    from zephon._ext import kernel
+
+    names = list(components)
+    lists = [np.asarray(list(components[n]), dtype=np.int64).reshape(-1, 3) for n in names]
+    counts = np.asarray([len(x) for x in lists], dtype=np.int64)
+    flat = np.concatenate(lists) if lists else np.empty((0, 3), dtype=np.int64)
+    order = kernel("curriculum").swrr_interleave(counts)
+    src = np.empty(len(flat), dtype=np.int64)  # the k-th visit of c reads c's k-th pointer
+    src[np.argsort(order, kind="stable")] = np.arange(len(flat), dtype=np.int64)
+    flat = flat[src]
+    by_id: dict[int, str] = {}
+    for n, x in zip(names, lists):
+        ds = np.unique(x[:, 0]).tolist()
+        if len(ds) == 1:
+            by_id[int(ds[0])] = n
+    width = max(by_id, default=-1) + 1
+    return (flat[:, 0], flat[:, 1], flat[:, 2],
+            tuple(by_id.get(d, str(d)) for d in range(width)))
 
 
 class WorkSource(ABC):

@@ -168,7 +168,10 @@ def test_environment_and_options_precedence(monkeypatch):
     opts.update(start_method="threads")
     with pytest.raises(ValueError, match="start_method"):
         EngineConfig.from_options(opts, 1)
-    opts.update(start_method=None, shm_slots=0)
+    with pytest.raises(ValueError, match=r"options\(shm_slots=\.\.\.\) must be >= 1"):
+        opts.update(start_method=None, shm_slots=0)  # refused when given (option_values.py)
+    opts.update(start_method=None)
+    opts.explicit["shm_slots"] = 0  # set past options(): the engine still refuses it
     with pytest.raises(ValueError, match="slots"):
         EngineConfig.from_options(opts, 1)
     with warnings.catch_warnings():

@@ -174,7 +174,7 @@ def test_lru_eviction_under_the_limit(tmp_path):
     cache = ShardCache(tmp_path / "c", limit_bytes=3000, min_slack_bytes=0, max_slack_bytes=0)
     for i, key in enumerate(["a", "b", "c"]):
         cache.get_or_create(key, f"{key}.bin", lambda part: part.write_bytes(b"x" * 1000))
-        os.utime(cache.entry_path(key, f"{key}.bin"), (100 + i, 100 + i))
+        os.utime(cache.record_path(key), (100 + i, 100 + i))  # recency lives on the record
     assert cache.lookup("a", "a.bin") is not None  # a becomes the most recently used
     (cache.lineidx / "b.npy").write_bytes(b"idx")
     cache.get_or_create("d", "d.bin", lambda part: part.write_bytes(b"x" * 1000), 1000)

@@ -12,6 +12,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from zephon.option_values import check_int, parse_env_int, parse_size_bytes
+
 IpcTransport = Literal["socketpair", "pipe"]
 
 # name -> default; the reference's option names are all accepted.
@@ -55,16 +57,45 @@ def _runner(text: str) -> str:
     return value
 
 
+# Options that are counts, with their smallest value (None: any int). ``options()`` takes ints;
+# the environment, decimal digits (option_values.py).
+INT_OPTIONS: dict[str, int | None] = {
+    "num_workers": 0, "max_workers": 1, "micro_batch_size": 1, "prefetch_batches": None,
+    "default_stage_prefetch": None, "op_queue_capacity": None, "shm_slots": 1,
+    "max_worker_retries": 0, "canonical_replicas": 1, "dp_degree": 1, "dp_group_id": 0,
+    "world_size": 1, "global_rank": 0, "flush_every_k_chunks": 0, "mtp_buffer": None,
+    "mtp_prefetch": None,
+}
+
+# Options that are byte sizes: an int or a string like "1mb", in options() and the environment.
+SIZE_OPTIONS = frozenset({
+    "shm_slot_bytes", "ipc_buffer_bytes", "shm_min_item_bytes", "shm_min_new_allocation_bytes",
+    "shm_min_forward_bytes", "shm_compact_min_savings_bytes", "shm_max_coalesced_bytes",
+    "shm_min_size", "mtp_buffer_bytes",
+})
+
+
+def _env_int(name: str) -> Any:
+    return lambda text: parse_env_int(text, "value", INT_OPTIONS[name])
+
+
+def _env_size(text: str) -> int:
+    value = parse_size_bytes(text, "value")
+    if value is None:
+        raise ValueError("empty size")
+    return value
+
+
 # option -> (environment variable, parser)
 ENV_OPTIONS: dict[str, tuple[str, Any]] = {
     "runner": ("ZEPHON_RUNNER", _runner),
-    "num_workers": ("ZEPHON_NUM_WORKERS", int),
-    "prefetch_batches": ("ZEPHON_PREFETCH_BATCHES", int),
+    "num_workers": ("ZEPHON_NUM_WORKERS", _env_int("num_workers")),
+    "prefetch_batches": ("ZEPHON_PREFETCH_BATCHES", _env_int("prefetch_batches")),
     "start_method": ("ZEPHON_START_METHOD", str),
-    "shm_slot_bytes": ("ZEPHON_SHM_SLOT_BYTES", lambda s: _parse_size(s)),
-    "shm_slots": ("ZEPHON_SHM_SLOTS", int),
+    "shm_slot_bytes": ("ZEPHON_SHM_SLOT_BYTES", _env_size),
+    "shm_slots": ("ZEPHON_SHM_SLOTS", _env_int("shm_slots")),
     "log_level": ("ZEPHON_LOG_LEVEL", str),
-    "micro_batch_size": ("ZEPHON_MICRO_BATCH", int),
+    "micro_batch_size": ("ZEPHON_MICRO_BATCH", _env_int("micro_batch_size")),
     "progress": ("ZEPHON_PROGRESS", lambda s: s.strip().lower() not in ("", "0", "false", "no")),
 }
 
@@ -91,15 +122,6 @@ COMPUTED_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _parse_size(text: str) -> int:
-    s = str(text).strip().lower()
-    units = {"tb": 1 << 40, "gb": 1 << 30, "mb": 1 << 20, "kb": 1 << 10, "b": 1}
-    for suffix, mult in units.items():
-        if s.endswith(suffix):
-            return int(float(s[: -len(suffix)]) * mult)
-    return int(s)
-
-
 @dataclass
 class RuntimeOptions:
     """The options a user set explicitly (unset names resolve through env and defaults)."""
@@ -110,31 +132,43 @@ class RuntimeOptions:
         both = {**self.explicit, **kw}
         if both.get("aggregate_dir") is not None and both.get("aggregate_store") is not None:
             raise ValueError("set aggregate_dir or aggregate_store, not both")
+        """Record options; each value is checked here, so a bad one is refused naming it
+        (nothing of the call is applied then)."""
+        checked: dict[str, Any] = {}
         for name, value in kw.items():
             if name not in KNOWN_OPTIONS:
                 warnings.warn(f"Pipeline.options: unknown option {name!r} ignored", stacklevel=3)
                 continue
-            if name == "auto_validation":
-                value = str(value).lower()
-                if value not in ("strict", "warn", "off"):
-                    raise ValueError(f"auto_validation must be strict|warn|off, got {value!r}")
-            if name == "io_options":
-                from zephon.io import StoreOptions
-
-                prev = self.explicit.get("io_options")
-                value = (StoreOptions.coerce(prev).merged(value) if prev is not None
-                         else StoreOptions.coerce(value))
-            if name == "mixture_config":
-                from zephon.work.read_config import coerce
-
-                value = coerce(value)  # a bad config fails here, not at the first batch
-            if name == "aggregate_store" and value is not None:
-                from zephon.engine.store_gather import parse_store_uri
-
-                parse_store_uri(value)  # a bad URI fails here, not at the first checkpoint
+            checked[name] = self._checked(name, value)
+        for name, value in checked.items():
             if name == "mp_context":
                 self.explicit["start_method"] = value
             self.explicit[name] = value
+
+    def _checked(self, name: str, value: Any) -> Any:
+        if name in INT_OPTIONS:
+            return check_int(value, f"options({name}=...)", INT_OPTIONS[name])
+        if name in SIZE_OPTIONS:
+            return parse_size_bytes(value, f"options({name}=...)")
+        if name == "auto_validation":
+            value = str(value).lower()
+            if value not in ("strict", "warn", "off"):
+                raise ValueError(f"auto_validation must be strict|warn|off, got {value!r}")
+        if name == "io_options":
+            from zephon.io import StoreOptions
+
+            prev = self.explicit.get("io_options")
+            value = (StoreOptions.coerce(prev).merged(value) if prev is not None
+                     else StoreOptions.coerce(value))
+        if name == "mixture_config":
+            from zephon.work.read_config import coerce
+
+            value = coerce(value)  # a bad config fails here, not at the first batch
+        if name == "aggregate_store" and value is not None:
+            from zephon.engine.store_gather import parse_store_uri
+
+            parse_store_uri(value)  # a bad URI fails here, not at the first checkpoint
+        return value
 
     def resolve(self, name: str) -> tuple[Any, str]:
         """(value, source) with source in {"options", "environment", "default"}."""

@@ -6,7 +6,8 @@ import os
 import warnings
 from dataclasses import dataclass
 
-from zephon.options import RuntimeOptions
+from zephon.option_values import check_int, parse_env_int
+from zephon.options import INT_OPTIONS, RuntimeOptions
 
 
 @dataclass(frozen=True)
@@ -34,8 +35,14 @@ def _dist_identity() -> tuple[int, int, str]:
         pass
     ws, rank = os.environ.get("WORLD_SIZE"), os.environ.get("RANK")
     if ws and rank:
-        return int(ws), int(rank), "environment"
+        return parse_env_int(ws, "WORLD_SIZE", 1), parse_env_int(rank, "RANK", 0), "environment"
     return 1, 0, "default"
+
+
+def _explicit(opts: RuntimeOptions, name: str) -> int | None:
+    """An explicitly set count, checked again here: ``explicit`` can be filled without going
+    through ``options()``, and ``x or default`` must not turn a 0 into the default."""
+    return check_int(opts.explicit.get(name), f"options({name}=...)", INT_OPTIONS[name])
 
 
 def lanes_for_group(L: int, G: int, g: int, strategy: str) -> tuple[int, ...]:
@@ -48,15 +55,15 @@ def lanes_for_group(L: int, G: int, g: int, strategy: str) -> tuple[int, ...]:
 
 def resolve_topology(opts: RuntimeOptions) -> Topology:
     world, rank, _ = _dist_identity()
-    world_size = opts.explicit.get("world_size") or world
-    global_rank = opts.explicit.get("global_rank")
+    world_size = _explicit(opts, "world_size") or world
+    global_rank = _explicit(opts, "global_rank")
     if global_rank is None:
         global_rank = rank
-    dp_degree = opts.explicit.get("dp_degree") or world_size
-    dp_group_id = opts.explicit.get("dp_group_id")
+    dp_degree = _explicit(opts, "dp_degree") or world_size
+    dp_group_id = _explicit(opts, "dp_group_id")
     if dp_group_id is None:
         dp_group_id = global_rank if dp_degree == world_size else global_rank % dp_degree
-    L = opts.explicit.get("canonical_replicas") or dp_degree
+    L = _explicit(opts, "canonical_replicas") or dp_degree
     strategy = opts.explicit.get("mapping_strategy") or "contiguous"
     if strategy not in ("contiguous", "interleaved"):
         raise ValueError(f"mapping_strategy must be 'contiguous' or 'interleaved', got {strategy!r}")

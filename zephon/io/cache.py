@@ -4,6 +4,8 @@ Layout under the cache root::
 
     shards/<key>-<name>        finished entries (whole shards, decompressed JSONL)
     shards/<key>-<name>.part-* entries being written (never read; removed when stale)
+    checks/<key>.json          an entry's check record: its size and mtime when written, and
+                               what its producer verified against the store
     lineidx/<key>.npy          JSONL line-start offsets (see lines.py)
     locks/<key>.lock           one lock per entry; locks/.evict.lock for eviction
 
@@ -12,14 +14,24 @@ renames it into place (atomic on POSIX), so a half-written file is never visible
 process or thread waits on the lock (flock.py: woken by the kernel when it is released) and then
 finds the finished entry. A crash releases the lock (the kernel drops flock locks with the
 process) and leaves only a ``.part`` file, which the next producer deletes before redoing the
-work. Recency is the entry's mtime, refreshed on every use; eviction removes least recently used
-entries until the new one fits under the limit.
+work. Recency is the mtime of the entry's check record, refreshed on every use; eviction removes
+least recently used entries until the new one fits under the limit.
+
+Integrity: files we did not just write are not believed. The ``.part`` file is fsynced, its
+check record written (itself through a fsynced temporary file) before the rename, and the
+directory fsynced after it, so a power cut leaves either no entry or a whole one. The producer
+verifies what it fetched against the store (size from the listing or index.json; MD5 against an
+S3 ETag; fetch_checks.py) and says so in the record. A lookup trusts an entry only while the file
+has the recorded size and mtime (and the size the caller expects): an entry cut short, emptied
+or written over in place (writes move the mtime; recency lives in the record so that the
+entry's own mtime never changes) is evicted under its lock with a warning naming it, and
+produced again.
 """
 
 from __future__ import annotations
 
-import atexit
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -27,7 +39,10 @@ import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from zephon.io import private_cache
+from zephon.io.durable import fsync_path, write_durably
 from zephon.io.flock import exclusive_lock
 
 __all__ = ["ShardCache", "cache_for", "entry_key"]
@@ -48,13 +63,14 @@ class ShardCache:
         self.min_slack = min_slack_bytes
         self.max_slack = max_slack_bytes
         self.shards = self.root / "shards"
+        self.checks = self.root / "checks"
         self.lineidx = self.root / "lineidx"
         self.locks = self.root / "locks"
-        for d in (self.shards, self.lineidx, self.locks):
+        for d in (self.shards, self.checks, self.lineidx, self.locks):
             d.mkdir(parents=True, exist_ok=True)
         self._mutex = threading.Lock()
         self._produced: set[str] = set()
-        self.stats = {"downloads": 0, "hits": 0, "evictions": 0, "redownloads": 0}
+        self.stats = {"downloads": 0, "hits": 0, "evictions": 0, "redownloads": 0, "corrupt": 0}
 
     # -- entries ------------------------------------------------------------------------------
 
@@ -62,45 +78,113 @@ class ShardCache:
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in os.path.basename(name))
         return self.shards / f"{key}-{safe[-80:]}"
 
-    def lookup(self, key: str, name: str) -> Path | None:
-        """The finished entry, marked as just used, or None."""
+    def record_path(self, key: str) -> Path:
+        """The entry's check record (its mtime is the entry's recency)."""
+        return self.checks / f"{key}.json"
+
+    def _inspect(self, key: str, name: str, size: int | None) -> tuple[Path, str | None] | None:
+        """None: no entry; (path, None): a trustworthy entry; (path, reason): a bad one."""
         path = self.entry_path(key, name)
         try:
-            os.utime(path)
+            st = os.stat(path)
         except FileNotFoundError:
             return None
+        try:
+            record = json.loads(self.record_path(key).read_bytes())
+            recorded = (int(record["size"]), int(record["mtime_ns"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return path, ("has no readable check record (cut short, evicted meanwhile or "
+                          "written by an older zephon)")
+        if st.st_size != recorded[0]:
+            return path, f"holds {st.st_size} bytes, {recorded[0]} when it was written"
+        if st.st_mtime_ns != recorded[1]:
+            return path, "was written to after it was made (its mtime changed)"
+        if size is not None and st.st_size != size:
+            return path, f"holds {st.st_size} bytes where the shard has {size}"
+        return path, None
+
+    def _used(self, key: str) -> None:
+        try:
+            os.utime(self.record_path(key))
+        except FileNotFoundError:  # evicted meanwhile: the caller's open fails or succeeds
+            pass
         with self._mutex:
             self.stats["hits"] += 1
-        return path
 
-    def get_or_create(self, key: str, name: str, produce: Callable[[Path], None],
-                      expected_bytes: int | None = None) -> Path:
+    def lookup(self, key: str, name: str, *, size: int | None = None,
+               label: str | None = None) -> Path | None:
+        """The finished entry, marked as just used, or None. A bad entry (see the module
+        docstring; ``size``: the bytes it must hold) is evicted with a warning: None."""
+        found = self._inspect(key, name, size)
+        if found is None:
+            return None
+        if found[1] is not None:
+            with exclusive_lock(self.locks / f"{key}.lock"):
+                found = self._inspect(key, name, size)  # another process may have redone it
+                if found is not None and found[1] is not None:
+                    self._evict_bad(key, found[0], found[1], label)
+                    return None
+            if found is None:
+                return None
+        self._used(key)
+        return found[0]
+
+    def get_or_create(self, key: str, name: str, produce: Callable[[Path], Any],
+                      expected_bytes: int | None = None, *, size: int | None = None,
+                      label: str | None = None) -> Path:
         """The entry's path, produced by ``produce(part_path)`` if no process has done so yet.
 
-        ``produce`` writes the complete file at the given path; the cache renames it into
-        place. Exceptions from ``produce`` propagate and leave no entry behind.
+        ``produce`` writes the complete file at the given path and may return a dict saying
+        what it verified (kept in the check record); the cache syncs it and renames it into
+        place. ``expected_bytes`` estimates the size to make room for; ``size``, when known, is
+        what the entry must hold. ``label`` names the entry in warnings (dataset and shard).
+        Exceptions from ``produce`` propagate and leave no entry behind.
         """
-        found = self.lookup(key, name)
-        if found is not None:
-            return found
+        found = self._inspect(key, name, size)
+        if found is not None and found[1] is None:
+            self._used(key)
+            return found[0]
         final = self.entry_path(key, name)
         with exclusive_lock(self.locks / f"{key}.lock"):
-            found = self.lookup(key, name)
+            found = self._inspect(key, name, size)
             if found is not None:
-                return found
+                if found[1] is None:
+                    self._used(key)
+                    return found[0]
+                self._evict_bad(key, found[0], found[1], label)
             for stale in self.shards.glob(final.name + ".part-*"):
                 stale.unlink(missing_ok=True)  # left by a crashed producer: redo the work
-            self.make_room(expected_bytes or 0, keep=key)
+            self.make_room(expected_bytes or size or 0, keep=key)
             part = final.with_name(f"{final.name}.part-{os.getpid()}-{threading.get_ident()}")
             try:
-                produce(part)
+                verified = produce(part)
+                fsync_path(part)
+                st = os.stat(part)
+                if size is not None and st.st_size != size:
+                    raise ValueError(f"{label or self.root}: produced {st.st_size} bytes for "
+                                     f"an entry of {size}")
+                record = {"name": final.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                          "verified": verified or {}}
+                write_durably(self.record_path(key), lambda f: f.write(json.dumps(record).encode()))
                 os.replace(part, final)
+                fsync_path(self.shards)
             except BaseException:
                 part.unlink(missing_ok=True)
                 raise
             self._count_production(key)
         self.make_room(0, keep=key)  # the real size may exceed the estimate
         return final
+
+    def _evict_bad(self, key: str, path: Path, reason: str, label: str | None) -> None:
+        """Remove a bad entry and what was derived from it; the caller holds its lock."""
+        path.unlink(missing_ok=True)
+        self.record_path(key).unlink(missing_ok=True)
+        (self.lineidx / f"{key}.npy").unlink(missing_ok=True)
+        with self._mutex:
+            self.stats["corrupt"] += 1
+            self._produced.discard(key)  # producing it again is repair, not thrashing
+        warnings.warn(f"{label or f'shard cache {self.root}'}: cache entry {path} {reason}; "
+                      "removed it, the shard is fetched again", RuntimeWarning, stacklevel=4)
 
     def _count_production(self, key: str) -> None:
         with self._mutex:
@@ -124,6 +208,7 @@ class ShardCache:
         return sum(size for _, size, _ in self._entries())
 
     def _entries(self) -> list[tuple[float, int, Path]]:
+        """(last use, size, path) of every finished entry."""
         out = []
         for p in self.shards.iterdir():
             if ".part-" in p.name:
@@ -132,7 +217,11 @@ class ShardCache:
                 st = p.stat()
             except FileNotFoundError:
                 continue
-            out.append((st.st_mtime, st.st_size, p))
+            try:
+                used = self.record_path(p.name.split("-", 1)[0]).stat().st_mtime
+            except FileNotFoundError:
+                used = st.st_mtime
+            out.append((used, st.st_size, p))
         return out
 
     def make_room(self, incoming: int, keep: str | None = None) -> None:
@@ -156,37 +245,64 @@ class ShardCache:
                 if key == keep:
                     continue
                 path.unlink(missing_ok=True)
+                self.record_path(key).unlink(missing_ok=True)
                 (self.lineidx / f"{key}.npy").unlink(missing_ok=True)
                 total -= size
                 with self._mutex:
                     self.stats["evictions"] += 1
 
     def clear(self) -> None:
-        shutil.rmtree(self.shards, ignore_errors=True)
-        shutil.rmtree(self.lineidx, ignore_errors=True)
-        self.shards.mkdir(parents=True, exist_ok=True)
-        self.lineidx.mkdir(parents=True, exist_ok=True)
+        for d in (self.shards, self.checks, self.lineidx):
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir(parents=True, exist_ok=True)
 
 
 _caches: dict[tuple, ShardCache] = {}
 _caches_lock = threading.Lock()
-_private_root: list[Path] = []
+_warned_unwritable: set[tuple[str, int]] = set()
+
+
+def _writable(cache: ShardCache) -> None:
+    """OSError unless this process can create files in the cache (as root, or on a read-only
+    mount, ``mkdir(exist_ok=True)`` of existing directories says nothing)."""
+    fd, probe = tempfile.mkstemp(prefix=".probe-", dir=cache.locks)
+    os.close(fd)
+    os.unlink(probe)
 
 
 def cache_for(root: Path | None, limit_bytes: int | None, min_slack: int = 512 << 10,
               max_slack: int = 64 << 20) -> ShardCache:
-    """The process-wide cache object for a root (None: a private temporary directory removed
-    at exit, for ``CacheOptions(enabled=False)``)."""
+    """The process-wide cache object for a root. None: a private temporary directory of this
+    process (``CacheOptions(enabled=False)``; removed when the process ends, private_cache.py).
+    A root this process cannot write falls back to a private one, with a warning (once per root
+    and process)."""
     with _caches_lock:
-        if root is None:
-            if not _private_root:
-                _private_root.append(Path(tempfile.mkdtemp(prefix="zephon-cache-")))
-                atexit.register(shutil.rmtree, str(_private_root[0]), True)
-            root = _private_root[0]
-        key = (str(root), limit_bytes, min_slack, max_slack, os.getpid())
+        if root is not None:
+            key = (str(root), limit_bytes, min_slack, max_slack, os.getpid())
+            cache = _caches.get(key)
+            if cache is not None:
+                return cache
+            try:
+                cache = ShardCache(root, limit_bytes, min_slack_bytes=min_slack,
+                                   max_slack_bytes=max_slack)
+                _writable(cache)
+                _caches[key] = cache
+                return cache
+            except OSError as e:
+                problem = e
+        else:
+            problem = None
+        private = private_cache.private_root()
+        key = (str(private), limit_bytes, min_slack, max_slack, os.getpid())
         cache = _caches.get(key)
         if cache is None:
-            cache = ShardCache(root, limit_bytes, min_slack_bytes=min_slack,
-                               max_slack_bytes=max_slack)
-            _caches[key] = cache
+            cache = _caches[key] = ShardCache(private, limit_bytes, min_slack_bytes=min_slack,
+                                              max_slack_bytes=max_slack)
+        if problem is not None and (str(root), os.getpid()) not in _warned_unwritable:
+            _warned_unwritable.add((str(root), os.getpid()))
+            warnings.warn(f"zephon: the shard cache directory {root} cannot be written "
+                          f"({problem}); this process uses a private temporary cache {private} "
+                          "instead, removed when it ends, so every process downloads shards "
+                          "again. Set ZEPHON_CACHE_DIR (or CacheOptions(root=...)) to a "
+                          "writable directory", RuntimeWarning, stacklevel=3)
         return cache

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from zephon.block import NotColumnar
 
-__all__ = ["DataError", "NotColumnar", "ShardMissingError"]
+__all__ = ["DataError", "NotColumnar", "ShardMissingError", "StorageError"]
 
 
 class DataError(ValueError):
@@ -39,8 +39,23 @@ class ShardMissingError(DataError, FileNotFoundError):
     """A shard that was listed at discovery is gone (deleted or moved) when it is read."""
 
 
+class StorageError(DataError, OSError):
+    """Preparing a shard failed for a reason that waiting does not cure: a full disk, no
+    permission, a read-only filesystem, an object that differs from its listing. ``errno`` is
+    the operating system's code when there is one."""
+
+    def __reduce__(self):
+        return (_rebuild_storage, (self.detail, self.dataset, self.shard, self.errno))
+
+
 def _rebuild(cls, message, dataset, shard, line, row):
     return cls(message, dataset=dataset, shard=shard, line=line, row=row)
+
+
+def _rebuild_storage(message, dataset, shard, code):
+    err = StorageError(message, dataset=dataset, shard=shard)
+    err.errno = code
+    return err
 
 
 def _format(message: str, dataset, shard, line, row) -> str:

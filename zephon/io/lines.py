@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import os
 import threading
+import warnings
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from zephon._ext import kernel
+from zephon.io.durable import write_durably
 from zephon.io.errors import DataError
 
 __all__ = ["CHUNK", "compression_of", "decoded_reader", "scan_stream", "load_or_build"]
@@ -133,18 +135,14 @@ def scan_file(path: str | os.PathLike, *, dataset: str | None = None,
         return scan_stream(f.read, dataset=dataset, shard=shard)
 
 
-_save_lock = threading.Lock()
-
-
 def save_index(path: Path, offsets: np.ndarray) -> None:
-    """Write atomically; a failure to persist (read-only cache, full disk) only costs a rescan."""
-    tmp = path.with_name(f"{path.name}.part-{os.getpid()}-{threading.get_ident()}.npy")
+    """Write atomically and durably; a failure to persist (read-only cache, full disk) only
+    costs a rescan."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        np.save(tmp, np.ascontiguousarray(offsets, dtype=np.int64))
-        os.replace(tmp, path)
+        write_durably(path, lambda f: np.save(f, np.ascontiguousarray(offsets, dtype=np.int64)))
     except OSError:
-        tmp.unlink(missing_ok=True)
+        pass
 
 
 # np.load parses the .npy header with ast.literal_eval, which CPython 3.11.7 cannot run from
@@ -153,23 +151,47 @@ def save_index(path: Path, offsets: np.ndarray) -> None:
 _NPY_LOCK = threading.Lock()
 
 
-def load_index(path: Path) -> np.ndarray | None:
+def load_index(path: Path) -> tuple[np.ndarray | None, str | None]:
+    """(offsets, None), or (None, why it cannot be used); (None, None) when there is none."""
     try:
         with _NPY_LOCK:
             offsets = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (FileNotFoundError, ValueError, OSError):
-        return None
+    except FileNotFoundError:
+        return None, None
+    except (ValueError, OSError, EOFError) as e:
+        return None, f"cannot be read ({e})"
     if offsets.dtype != np.int64 or offsets.ndim != 1 or len(offsets) == 0:
-        return None
-    return offsets
+        return None, f"is not a line index (dtype {offsets.dtype}, shape {offsets.shape})"
+    return offsets, None
 
 
-def load_or_build(index_path: Path | None, build: Callable[[], np.ndarray]) -> np.ndarray:
-    """The stored index, else ``build()`` it and store it."""
+def index_problem(offsets: np.ndarray, data_bytes: int | None) -> str | None:
+    """Why ``offsets`` cannot be the line index of a file of ``data_bytes`` bytes, or None.
+    Spans past the end would read outside the file ("span ... outside a buffer")."""
+    if int(offsets[0]) != 0:
+        return f"starts at offset {int(offsets[0])}, not 0"
+    if data_bytes is not None and len(offsets) > 1 and int(offsets[-1]) != data_bytes:
+        return f"ends at offset {int(offsets[-1])} of a file of {data_bytes} bytes"
+    if len(offsets) > 2 and not bool((offsets[1:] >= offsets[:-1]).all()):
+        return "has offsets that go backwards"
+    return None
+
+
+def load_or_build(index_path: Path | None, build: Callable[[], np.ndarray], *,
+                  data_bytes: int | None = None, label: str | None = None) -> np.ndarray:
+    """The stored index if it fits the data (``data_bytes``: the size of the file it
+    indexes), else ``build()`` it and store it; a stored index that does not fit is replaced
+    with a warning naming it (``label``: dataset and shard)."""
     if index_path is not None:
-        found = load_index(index_path)
+        found, problem = load_index(index_path)
         if found is not None:
-            return found
+            problem = index_problem(found, data_bytes)
+            if problem is None:
+                return found
+        if problem is not None:
+            warnings.warn(f"{label or 'JSONL shard'}: cached line index {index_path} {problem}; "
+                          "rebuilding it", RuntimeWarning, stacklevel=3)
+            index_path.unlink(missing_ok=True)
     offsets = build()
     if index_path is not None:
         save_index(index_path, offsets)

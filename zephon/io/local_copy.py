@@ -3,7 +3,11 @@
 A local uncompressed file is read where it lies (its line index goes to the cache). Compressed
 JSONL and remote shards are copied into the cache in one streaming pass that downloads,
 decompresses and line-indexes together; every other process on the machine then reuses the
-copy (see cache.py for the locking).
+copy (see cache.py for the locking and the check records).
+
+What is fetched is checked before the cache keeps it, and refusals that retrying cannot cure are
+raised at once, named (fetch_checks.py). A cached line index is used only if it fits the file it
+indexes (lines.py).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import numpy as np
 from zephon.io import fetch_timing
 from zephon.io.cache import ShardCache, cache_for, entry_key
 from zephon.io.errors import ShardMissingError
+from zephon.io.fetch_checks import Part, Source, refusals, store_md5
 from zephon.io.lines import (
     compression_of,
     decoded_reader,
@@ -53,6 +58,11 @@ class ShardRef:
         return self.location.display(self.name)
 
     @property
+    def label(self) -> str:
+        """Dataset and shard, for messages."""
+        return f"dataset {self.dataset!r}, shard {self.display}"
+
+    @property
     def remote_key(self) -> str:
         return entry_key(self.location.url.rstrip("/"), self.name, self.version)
 
@@ -76,13 +86,9 @@ class Resources:
         if self._cache is None:
             with self._lock:
                 if self._cache is None:
-                    s = self.store
-                    try:
-                        self._cache = cache_for(s.cache_root, s.cache_limit, s.min_slack_bytes,
-                                                s.max_slack_bytes)
-                    except OSError:  # unwritable cache root: fall back to a private one
-                        self._cache = cache_for(None, s.cache_limit, s.min_slack_bytes,
-                                                s.max_slack_bytes)
+                    s = self.store  # an unwritable root falls back to a private cache
+                    self._cache = cache_for(s.cache_root, s.cache_limit, s.min_slack_bytes,
+                                            s.max_slack_bytes)
         return self._cache
 
     def retry(self, fn: Any, what: str, *, download: bool = False) -> Any:
@@ -134,11 +140,36 @@ WHOLE_GET_BYTES = 64 << 20
 
 def _open_source(ref: ShardRef) -> Any:
     try:
-        if not ref.location.is_local and 0 < (ref.size or 0) <= WHOLE_GET_BYTES:
-            return io.BytesIO(ref.location.read_bytes(ref.name, ref.size))
-        return ref.location.open(ref.name, "rb")
+        with refusals(ref, ref.display, local=False):
+            if not ref.location.is_local and 0 < (ref.size or 0) <= WHOLE_GET_BYTES:
+                return io.BytesIO(ref.location.read_bytes(ref.name, ref.size))
+            return ref.location.open(ref.name, "rb")
     except FileNotFoundError as e:
         raise ref.missing(e) from e
+
+
+def _source(ref: ShardRef, res: Resources) -> Source:
+    """The object opened for one pass, counted and (unless ``validate_hash=False``) hashed."""
+    return Source(ref, _open_source(ref), store_md5(ref) if res.store.validate_hash else None)
+
+
+def _download(ref: ShardRef, res: Resources, part: Path, what: str, consume: Any) -> Any:
+    """Fetch the object into ``part`` with retries and a deadline: ``consume(source, sink)``
+    reads the source and hands the bytes to keep to ``sink``. Returns (consume's result, the
+    check facts)."""
+    earlier: list[str] = []  # digests of attempts whose MD5 did not match
+
+    def attempt() -> Any:
+        deadline = _Deadline(res.store.download_timeout, f"download of {ref.display}")
+        with _source(ref, res) as src, Part(ref, part) as out:
+            def sink(chunk: bytes) -> None:
+                out.write(chunk)
+                deadline.check()
+            with missing_as_shard_error(ref):
+                result = consume(src, sink)
+        return result, src.verified(earlier)
+
+    return res.retry(attempt, f"{what} {ref.display}", download=True)
 
 
 def local_jsonl(ref: ShardRef, res: Resources) -> tuple[str, np.ndarray]:
@@ -150,7 +181,8 @@ def local_jsonl(ref: ShardRef, res: Resources) -> tuple[str, np.ndarray]:
         key = entry_key("jsonl-local", os.path.abspath(path), str(st.st_size), str(st.st_mtime_ns))
         idx = res.cache.lineidx / f"{key}.npy"
         return path, load_or_build(idx, lambda: scan_file(path, dataset=ref.dataset,
-                                                          shard=ref.display))
+                                                          shard=ref.display),
+                                   data_bytes=st.st_size, label=ref.label)
     if loc.is_local:  # compressed local file: key on its current identity
         st = _stat(ref, loc.path(ref.name))
         key = entry_key("jsonl-decoded", os.path.abspath(loc.path(ref.name)), str(st.st_size),
@@ -163,29 +195,26 @@ def local_jsonl(ref: ShardRef, res: Resources) -> tuple[str, np.ndarray]:
     idx = cache.lineidx / f"{key}.npy"
     produced: list[np.ndarray] = []  # the offsets, when this call downloads the shard
 
-    def produce(part: Path) -> None:
-        deadline = _Deadline(res.store.download_timeout, f"download of {ref.display}")
+    def produce(part: Path) -> dict[str, Any]:
+        def consume(src: Source, sink: Any) -> np.ndarray:
+            return scan_stream(decoded_reader(src, ref.name).read, sink,
+                               dataset=ref.dataset, shard=ref.display)
 
-        def attempt() -> None:
-            with _open_source(ref) as raw, open(part, "wb") as out:
-                def sink(chunk: bytes) -> None:
-                    out.write(chunk)
-                    deadline.check()
-                with missing_as_shard_error(ref):
-                    offsets = scan_stream(decoded_reader(raw, ref.name).read, sink,
-                                          dataset=ref.dataset, shard=ref.display)
-            save_index(idx, offsets)
-            produced[:] = [offsets]
-
-        res.retry(attempt, f"reading {ref.display}", download=True)
+        offsets, facts = _download(ref, res, part, "reading", consume)
+        save_index(idx, offsets)
+        produced[:] = [offsets]
+        return facts
 
     t0 = fetch_timing.timed_ns()
-    path = cache.get_or_create(key, decoded_name(ref.name), produce, expected)
+    with refusals(ref, cache.root, local=True):
+        path = cache.get_or_create(key, decoded_name(ref.name), produce, expected,
+                                   size=expected or None, label=ref.label)
     fetch_timing.note("resolve_ns", fetch_timing.timed_ns() - t0)
     if produced:  # just written: no need to read the index back
         return str(path), produced[0]
     return str(path), load_or_build(idx, lambda: scan_file(path, dataset=ref.dataset,
-                                                           shard=ref.display))
+                                                           shard=ref.display),
+                                    data_bytes=os.path.getsize(path), label=ref.label)
 
 
 def remote_jsonl_index(ref: ShardRef, res: Resources) -> np.ndarray:
@@ -194,17 +223,22 @@ def remote_jsonl_index(ref: ShardRef, res: Resources) -> np.ndarray:
     idx = res.cache.lineidx / f"{ref.remote_key}.npy"
 
     def build() -> np.ndarray:
+        earlier: list[str] = []  # an MD5 mismatch is retried like a broken transfer
+
         def attempt() -> np.ndarray:
-            with _open_source(ref) as raw, missing_as_shard_error(ref):
-                return scan_stream(raw.read, dataset=ref.dataset, shard=ref.display)
+            with _source(ref, res) as src, missing_as_shard_error(ref):
+                offsets = scan_stream(src.read, dataset=ref.dataset, shard=ref.display)
+            src.verified(earlier)
+            return offsets
         return res.retry(attempt, f"indexing {ref.display}", download=True)
 
-    return load_or_build(idx, build)
+    return load_or_build(idx, build, data_bytes=ref.size or None, label=ref.label)
 
 
 def cached_parquet(ref: ShardRef, res: Resources) -> str | None:
-    """The local copy of a remote Parquet shard if this machine already has one."""
-    found = res.cache.lookup(ref.remote_key, ref.name)
+    """The local copy of a remote Parquet shard if this machine already has one (a bad copy is
+    evicted, with a warning: None)."""
+    found = res.cache.lookup(ref.remote_key, ref.name, size=ref.size or None, label=ref.label)
     return None if found is None else str(found)
 
 
@@ -216,21 +250,19 @@ def local_parquet(ref: ShardRef, res: Resources) -> str:
         _stat(ref, path)
         return path
 
-    def produce(part: Path) -> None:
-        deadline = _Deadline(res.store.download_timeout, f"download of {ref.display}")
+    def produce(part: Path) -> dict[str, Any]:
+        def consume(src: Source, sink: Any) -> None:
+            while True:
+                chunk = src.read(8 << 20)
+                if not chunk:
+                    break
+                sink(chunk)
 
-        def attempt() -> None:
-            with _open_source(ref) as raw, open(part, "wb") as out, missing_as_shard_error(ref):
-                while True:
-                    chunk = raw.read(8 << 20)
-                    if not chunk:
-                        break
-                    out.write(chunk)
-                    deadline.check()
-
-        res.retry(attempt, f"downloading {ref.display}", download=True)
+        return _download(ref, res, part, "downloading", consume)[1]
 
     t0 = fetch_timing.timed_ns()
-    path = res.cache.get_or_create(ref.remote_key, ref.name, produce, ref.size or None)
+    with refusals(ref, res.cache.root, local=True):
+        path = res.cache.get_or_create(ref.remote_key, ref.name, produce, ref.size or None,
+                                       size=ref.size or None, label=ref.label)
     fetch_timing.note("resolve_ns", fetch_timing.timed_ns() - t0)
     return str(path)

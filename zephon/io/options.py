@@ -10,10 +10,11 @@ unset: ``ZEPHON_CACHE_DIR``, ``ZEPHON_CACHE_LIMIT`` (e.g. ``"50gb"``), ``ZEPHON_
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
+
+from zephon.option_values import check_int, parse_size_bytes
 
 __all__ = [
     "CacheOptions",
@@ -24,29 +25,7 @@ __all__ = [
     "resolve_store",
 ]
 
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 REMOTE_READS = ("auto", "whole", "ranges")
-
-
-def parse_size_bytes(value: int | float | str | None) -> int | None:
-    """``"50gb"`` -> 53687091200 (binary multiples; suffix tb/gb/mb/kb/b, also kib/k...);
-    ints pass through; None and ``""`` -> None."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise ValueError(f"size must be a number of bytes or a string like '50gb', got {value!r}")
-    if isinstance(value, (int, float)):
-        if value < 0:
-            raise ValueError(f"size must be non-negative, got {value!r}")
-        return int(value)
-    text = str(value).strip()
-    if not text:
-        return None
-    m = _SIZE_RE.match(text)
-    if not m or (m.group(3) and m.group(3).lower() == "i"):
-        raise ValueError(f"cannot parse size {value!r}: expected e.g. '512mb', '50gb', '1.5tb'")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
 class _Options:
@@ -126,7 +105,7 @@ class CacheOptions(_Options):
         "root": None,  # None -> $ZEPHON_CACHE_DIR, else $XDG_CACHE_HOME/zephon, else ~/.cache/zephon
         "limit_bytes": None,  # None -> $ZEPHON_CACHE_LIMIT, else unlimited
         "keep_zip": False,
-        "validate_hash": None,
+        "validate_hash": None,  # None/True: check downloads against the store's MD5 (ETag)
         "download_retry": 12,
         "download_timeout": 180.0,
         "open_retry_attempts": 5,
@@ -139,9 +118,11 @@ class CacheOptions(_Options):
 
     def _check(self, name: str, value: Any) -> Any:
         if name in ("limit_bytes", "min_slack_bytes", "max_slack_bytes", "rg_cache_bytes"):
-            return parse_size_bytes(value)
-        if name in ("download_retry", "open_retry_attempts") and int(value) < 1:
-            raise ValueError(f"CacheOptions.{name} must be >= 1, got {value!r}")
+            return parse_size_bytes(value, f"CacheOptions.{name}")
+        if name in ("download_retry", "open_retry_attempts"):
+            if value is None:
+                raise ValueError(f"CacheOptions.{name} must be an int >= 1, got None")
+            return check_int(value, f"CacheOptions.{name}", 1)
         if name == "download_timeout" and value is not None and float(value) <= 0:
             raise ValueError(f"CacheOptions.download_timeout must be > 0, got {value!r}")
         return value
@@ -159,7 +140,7 @@ class ParquetRGCacheOptions(_Options):
 
     def _check(self, name: str, value: Any) -> Any:
         if name in ("limit_bytes", "min_free_bytes"):
-            return parse_size_bytes(value)
+            return parse_size_bytes(value, f"ParquetRGCacheOptions.{name}")
         return value
 
 
@@ -181,10 +162,10 @@ class StoreOptions(_Options):
             return CacheOptions.coerce(value)
         if name == "parquet_rg_cache":
             return ParquetRGCacheOptions.coerce(value)
-        if name == "vortex_read_concurrency" and value is not None and int(value) < 1:
-            raise ValueError(f"vortex_read_concurrency must be a positive int, got {value!r}")
+        if name == "vortex_read_concurrency":
+            return check_int(value, "StoreOptions.vortex_read_concurrency", 1)
         if name == "vortex_segment_cache_bytes":
-            value = parse_size_bytes(value)
+            value = parse_size_bytes(value, "StoreOptions.vortex_segment_cache_bytes")
             if value is None or value < 0:
                 raise ValueError("vortex_segment_cache_bytes must be non-negative")
         if name == "remote_reads" and value is not None and value not in REMOTE_READS:
@@ -207,6 +188,7 @@ class ResolvedStore:
     max_slack_bytes: int
     rg_cache_bytes: int
     remote_reads: str
+    validate_hash: bool = True  # False: downloads are checked by size only (no MD5 to compute)
 
 
 def default_cache_root() -> Path:
@@ -227,10 +209,13 @@ def resolve_store(options: StoreOptions | dict | None = None) -> ResolvedStore:
     root = Path(cache.root).expanduser() if cache.root else default_cache_root()
     limit = cache.limit_bytes
     if limit is None:
-        limit = parse_size_bytes(os.environ.get("ZEPHON_CACHE_LIMIT", ""))
+        limit = parse_size_bytes(os.environ.get("ZEPHON_CACHE_LIMIT", ""), "ZEPHON_CACHE_LIMIT")
     rg_bytes = rg.limit_bytes if rg.limit_bytes is not None else cache.rg_cache_bytes
     if rg_bytes is None:
-        rg_bytes = parse_size_bytes(os.environ.get("ZEPHON_RG_CACHE_BYTES", "")) or (256 << 20)
+        rg_bytes = parse_size_bytes(os.environ.get("ZEPHON_RG_CACHE_BYTES", ""),
+                                    "ZEPHON_RG_CACHE_BYTES")
+        if rg_bytes is None:
+            rg_bytes = 256 << 20
     if rg.enabled is False:
         rg_bytes = 0
     reads = opts.remote_reads or os.environ.get("ZEPHON_REMOTE_READS", "").strip() or "auto"
@@ -248,4 +233,5 @@ def resolve_store(options: StoreOptions | dict | None = None) -> ResolvedStore:
         max_slack_bytes=int(cache.max_slack_bytes or 0),
         rg_cache_bytes=int(rg_bytes),
         remote_reads=reads,
+        validate_hash=cache.validate_hash is not False,
     )

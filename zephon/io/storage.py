@@ -8,6 +8,7 @@ configuration (``FSSPEC_S3_ENDPOINT_URL`` and friends) applies in every worker.
 
 from __future__ import annotations
 
+import errno
 import inspect
 import os
 import posixpath
@@ -21,8 +22,9 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from zephon.io import fetch_timing
+from zephon.io.errors import DataError
 
-__all__ = ["Location", "ObjectInfo", "with_retries"]
+__all__ = ["Location", "ObjectInfo", "is_transient", "with_retries"]
 
 T = TypeVar("T")
 
@@ -127,6 +129,12 @@ class Location:
     def info(self, name: str) -> ObjectInfo:
         return ObjectInfo(name, *_size_version(self.fs.info(self.path(name))))
 
+    def current_version(self, name: str) -> str:
+        """The object's version tag as the store says now, not as a listing cached it."""
+        path = self.path(name)
+        self.fs.invalidate_cache(path)
+        return version_of(self.fs.info(path))
+
     def read_bytes(self, name: str, size: int | None = None) -> bytes:
         """The whole object. Given its ``size`` (from the listing or index.json), one request:
         s3fs otherwise asks the store for the size first (a HEAD) to choose between one GET
@@ -181,6 +189,28 @@ def version_of(info: dict[str, Any]) -> str:
     return f"size:{info.get('size')}:mtime:{mtime}"
 
 
+# OS errors that retrying cannot cure: the disk is full, the path is not ours to write, the
+# filesystem is read-only, the name is wrong. Retried, a full disk cost 12 attempts and 15 s
+# before it was reported.
+PERMANENT_ERRNOS = frozenset({
+    errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EPERM, errno.EROFS,
+    errno.ENAMETOOLONG, errno.ENOENT, errno.EISDIR, errno.ENOTDIR,
+})
+
+
+def is_transient(e: BaseException) -> bool:
+    """Whether an error may go away if the operation is tried again (network trouble, a
+    timeout, a store that throttles), as opposed to bad data or a refusing local disk."""
+    if isinstance(e, DataError):
+        return False
+    if isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError,
+                      NotADirectoryError)):
+        return False
+    if isinstance(e, OSError) and e.errno in PERMANENT_ERRNOS:
+        return False
+    return isinstance(e, (OSError, TimeoutError))
+
+
 def with_retries(
     fn: Callable[[], T],
     *,
@@ -189,15 +219,16 @@ def with_retries(
     max_backoff: float,
     what: str,
 ) -> T:
-    """Call ``fn`` until it succeeds, backing off on transient OSErrors. Missing files and
-    permission problems are not transient and are raised at once."""
+    """Call ``fn`` until it succeeds, backing off on transient errors (``is_transient``).
+    Anything else (missing files, permissions, a full or read-only disk, bad data) is raised
+    at once, as it is."""
     delay = initial_backoff
     for attempt in range(1, max(1, attempts) + 1):
         try:
             return fn()
-        except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError):
-            raise
         except (OSError, TimeoutError) as e:
+            if not is_transient(e):
+                raise
             if attempt >= attempts:
                 raise OSError(f"{what} failed after {attempts} attempts: {e}") from e
             fetch_timing.note("retries")

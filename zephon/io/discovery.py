@@ -105,14 +105,11 @@ def root_files(location: Location, dataset: str | None = None) -> list[ObjectInf
     """The root's listing, every name confined to the root, the index file left out. In a
     local root, links to files are listed too (the filesystem listing leaves them out): those
     inside the root like files, those leading out of it refused (confine.py)."""
-    out = []
-    for f in location.list_files():
-        if f.name == INDEX_NAME:
-            continue
+    out = [f for f in location.list_files() if f.name != INDEX_NAME]
+    if location.is_local:  # plain files found without following links: inside the root
+        return sorted(out + _local_links(location, dataset), key=lambda f: f.name)
+    for f in out:
         confined_name(location, f.name, dataset=dataset, source=location.display(f.name))
-        out.append(f)
-    if location.is_local:
-        out = sorted(out + _local_links(location, dataset), key=lambda f: f.name)
     return out
 
 

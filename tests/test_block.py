@@ -115,3 +115,9 @@ def test_a_pickled_batch_carries_its_own_rows_only():
     assert back.block.origin is None and back.ids == b.ids
     assert back.block.payload.equals(b.block.payload)
     np.testing.assert_array_equal(back.block.meta["chunk_offset"], np.arange(30, 40))
+
+
+def test_take_table_keeps_null_elements_of_list_columns():
+    col = pa.chunked_array([pa.array([[1, None], [2]]), pa.array([[3]])])
+    assert take_table(pa.table({"a": col}), np.array([2, 0])).column("a").to_pylist() == [
+        [3], [1, None]]

@@ -349,3 +349,44 @@ def test_a_feed_error_met_while_looking_ahead_is_raised_where_the_lane_reaches_i
 
     # met 4 blocks early, raised where the scheduler without look-ahead (and inline) raises it
     assert delivered(4) == delivered(0) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("opts", [dict(num_workers=0), dict(num_workers=2, runner="threads"),
+                                  dict(num_workers=2)], ids=["inline", "threads", "process"])
+def test_an_index_that_overcounts_a_shard_is_the_same_data_error_in_every_runner(tmp_path,
+                                                                               opts):
+    """Pointers past the file's last row (the index said 260 rows, the file has 200) once
+    reached the owners' row-group lookup, an IndexError with workers; every runner names the
+    shard instead."""
+    import json
+
+    from zephon.io import DataError, build_index
+
+    root = tmp_path / "p"
+    root.mkdir()
+    for s in range(2):
+        table = pa.table({"id": list(range(s * 1000, s * 1000 + 200))})
+        pq.write_table(table, root / f"part-{s}.parquet", row_group_size=50)
+    build_index("parquet", root, progress=False)
+    doc = json.loads((root / "index.json").read_text())
+    doc["shards"][0]["rows"] = 260
+    (root / "index.json").write_text(json.dumps(doc))
+    ws = StaticMixtureWorkSource([Dataset.from_path("web", root)], {"web": 1.0}, seed=1,
+                                 chunk_size=100, shuffle_within_shard=True)
+    p = Pipeline(ws).batch(8).options(micro_batch_size=32, **opts)
+    with pytest.raises(DataError, match=r"part-0.parquet: shard holds 200 rows but 260") as e:
+        for _ in p:
+            pass
+    assert e.value.dataset == "web"
+
+
+def test_owners_leave_pointers_past_a_shards_rows_to_the_reader():
+    class Shrunk:  # a dataset whose footer holds fewer rows than the pointers reach
+        def row_group_starts(self, shard):
+            return np.array([0, 50, 100], dtype=np.int64)
+
+    own = Ownership([Shrunk()], 2)
+    meta = {"dataset_id": np.zeros(3, np.int64), "shard_id": np.zeros(3, np.int64),
+            "sample_idx": np.array([10, 60, 150]), "lane_id": np.zeros(3, np.int64),
+            "chunk_id": np.zeros(3, np.int64), "chunk_offset": np.arange(3)}
+    assert own.owners(Block(meta, None)).tolist() == [-1, -1, -1]

@@ -18,11 +18,13 @@ def cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "cache"))
 
 
-def test_detects_jsonl_before_parquet(tmp_path):
+def test_a_root_of_jsonl_and_parquet_is_read_whole_unless_fmt_picks_one(tmp_path):
     jsonl_dataset(tmp_path / "d", shards=1, rows=4)
     write_parquet(tmp_path / "d" / "x.parquet", records(3))
-    assert Dataset.from_path("x", tmp_path / "d").fmt == "jsonl"
-    pq_only = Dataset.from_path("x", tmp_path / "d", fmt="parquet")
+    both = Dataset.from_path("x", tmp_path / "d")
+    assert both.fmt == "mixed" and both.counts().tolist() == [4, 3]
+    with pytest.warns(UserWarning, match="no shards of format 'parquet'.*part-000.jsonl"):
+        pq_only = Dataset.from_path("x", tmp_path / "d", fmt="parquet")
     assert pq_only.fmt == "parquet" and pq_only.counts().tolist() == [3]
 
 

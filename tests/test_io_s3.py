@@ -19,6 +19,7 @@ from io_helpers import jsonl_bytes, moto_s3, records, s3_client
 
 from zephon.io import (
     CacheOptions,
+    DataError,
     Dataset,
     ShardMissingError,
     ShardPrefetcher,
@@ -373,3 +374,23 @@ def test_guesses_never_evict_under_a_cache_limit(s3, bucket, tmp_path):
         download_ahead.drain()
     assert cache.usage() <= limit
     assert cache.stats["redownloads"] == 0 and cache.stats["downloads"] == 5
+
+
+def test_index_names_outside_the_prefix_are_refused(s3, bucket):
+    uploaded = upload_jsonl(s3, bucket, shards=1, rows=3)
+    put(s3, bucket, "private/secrets.jsonl", jsonl_bytes([{"id": 1, "text": "secret"}]))
+    other = f"{bucket}-x"
+    s3_client(s3["endpoint"]).create_bucket(Bucket=other)
+    put(s3, other, "ds/part-0.jsonl", jsonl_bytes([{"id": 2, "text": "elsewhere"}]))
+    opts = s3["storage_options"]
+    for name in ("../private/secrets.jsonl", f"s3://{bucket}/private/secrets.jsonl",
+                 f"s3://{other}/ds/part-0.jsonl", f"/{bucket}/ds/part-0.jsonl",
+                 "file:///etc/secrets.jsonl", f"gs://{bucket}/ds/part-0.jsonl"):
+        put(s3, bucket, "ds/index.json", json.dumps(
+            {"format": "jsonl", "shards": [{"name": name, "rows": 1}]}).encode())
+        with pytest.raises(DataError, match="entry #0.*outside the dataset root"):
+            Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=opts)
+    put(s3, bucket, "ds/index.json", json.dumps({"format": "jsonl", "shards": [
+        {"name": f"s3://{bucket}/ds/part-0.jsonl", "rows": 3}]}).encode())
+    ds = Dataset.from_path("web", f"s3://{bucket}/ds", storage_options=opts)
+    assert ds.read_payloads(0, [2]) == uploaded[0][2:]

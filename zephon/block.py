@@ -18,6 +18,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
+from zephon.payload_values import concat_marks, mark_from_payloads, payload_rows
+
 ID_FIELDS = ("dataset_id", "shard_id", "sample_idx")
 # payload fields recognised as token ids, in order of preference ("auto" everywhere)
 TOKEN_FIELDS = ("input_ids", "tokens", "token_ids", "ids")
@@ -117,6 +119,7 @@ class Block:
         """Same records (same meta) with new Python payloads, columnar where possible."""
         try:
             table, sparse = self.table_from_payloads(payloads)
+            table = mark_from_payloads(table, payloads)  # NumPy values come back as such
             return Block(self.meta, table, self.lineage, sparse, self.is_batch)
         except NotColumnar:
             return Block(self.meta, list(payloads), self.lineage, frozenset(), self.is_batch)
@@ -197,7 +200,8 @@ class Block:
                 all_names = set().union(*(set(n) for n in names))
                 sparse |= {c for c in all_names if any(c not in n for n in names)}
             try:
-                payload = pa.concat_tables(payloads, promote_options="permissive")
+                payload = concat_marks(payloads, pa.concat_tables(payloads,
+                                                                  promote_options="permissive"))
             except (pa.ArrowInvalid, pa.ArrowTypeError):
                 payload = [r for b in blocks for r in b.payload_list()]
                 sparse = frozenset()
@@ -215,8 +219,8 @@ class Block:
         if isinstance(self.payload, list):
             return list(self.payload)
         table = self.payload
-        hidden = [c for c in table.column_names if c.startswith("__")]
-        rows = (table.drop_columns(hidden) if hidden else table).to_pylist()
+        # values as spec addendum A.10 gives them for columns a columnar reader marked
+        rows = payload_rows(table, [c for c in table.column_names if not c.startswith("__")])
         if self.sparse:
             sparse = self.sparse
             rows = [
@@ -253,7 +257,8 @@ def take_table(table: pa.Table, idx: np.ndarray) -> pa.Table:
     arr = pa.array(idx)
     cols = []
     for name, col in zip(table.column_names, table.columns):
-        if _is_token_list(col.type) and col.null_count == 0:
+        if _is_token_list(col.type) and col.null_count == 0 and \
+                not any(c.values.null_count for c in col.chunks):  # null elements: Arrow's take
             from zephon._ext import kernel
 
             chunks = ragged_chunks(table.select([name]), name)

@@ -126,7 +126,12 @@ class Ownership:
             starts = self._row_groups(d, s)
             if starts is None:
                 continue
-            group = np.searchsorted(starts, m["sample_idx"][idx], side="right") - 1
+            rows = m["sample_idx"][idx]
+            if int(rows.max()) >= int(starts[-1]):
+                # past the file's rows (a shard that changed since discovery): no owners, so
+                # the read reports it, naming the shard, as every runner does
+                continue
+            group = np.searchsorted(starts, rows, side="right") - 1
             groups, inverse = np.unique(group, return_inverse=True)
             mine = np.empty(len(groups), dtype=np.int64)
             for i, g in enumerate(groups.tolist()):

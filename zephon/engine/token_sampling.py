@@ -90,8 +90,9 @@ def measure(ds, d: int, fetch, pre: list, tok, te, show: bool = False) -> cal.Es
     seed, taken = _seed(ds), set()
     ids, counts, n_shards = ds.ids(), ds.counts(), _n_shards(ds, te)
     field = getattr(tok, "field", None) if te.measure is None else None
-    known = mean_bytes_per_sample(ds) if field is not None and ds.record_bytes(
-        int(ids[0]), np.zeros(1, np.int64)) is not None else None
+    # every shard keeps its records apart (JSONL lines): their stored sizes are known
+    known = (mean_bytes_per_sample(ds) if field is not None and set(ds.formats()) == {"jsonl"}
+             else None)
     sample = cal.Sample(population=int(ds.total()), x_mean=known)
     two_phase = field is not None and known is None
     scan_rows = cal.SCAN_ROWS if two_phase else cal.CLUSTER_ROWS

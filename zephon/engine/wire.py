@@ -273,7 +273,9 @@ def read_frame(root: np.ndarray) -> list[tuple[str, object, object]]:
 def _layout(block) -> tuple:
     """What must agree for batches to travel as one merged block and come back unchanged."""
     p = block.payload
-    payload = (p.schema, p.schema.metadata) if isinstance(p, pa.Table) else type(p)
+    # field metadata too: it says how record payloads show a column (payload_values.py)
+    payload = ((p.schema, p.schema.metadata, tuple(f.metadata for f in p.schema))
+               if isinstance(p, pa.Table) else type(p))
     return (block.is_batch, block.sparse, block.lineage.shape[1:],
             tuple((k, v.dtype, v.shape[1:]) for k, v in block.meta.items()), payload)
 

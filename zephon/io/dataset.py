@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from zephon.io import download_ahead, fetch_timing, read_ahead
+from zephon.io.bad_records import BAD_RECORD_POLICIES
+from zephon.io.confine import check_local_link
 from zephon.io.discovery import Catalog, discover
 from zephon.io.index_file import read_index
 from zephon.io.jsonl import JsonlShardReader
@@ -26,14 +27,14 @@ from zephon.io.lines import compression_of
 from zephon.io.local_copy import (
     Resources,
     ShardRef,
-    cached_parquet,
     local_jsonl,
     local_parquet,
     remote_jsonl_index,
 )
-from zephon.io.memory import InMemoryShard, MemoryShardReader
+from zephon.io.memory import InMemoryShard, MemoryShardReader, memory_shards
 from zephon.io.options import StoreOptions, resolve_store
-from zephon.io.parquet import ParquetShardReader, group_starts
+from zephon.io.parquet import ParquetShardReader
+from zephon.io.shard_stats import parquet_group_starts
 from zephon.io.storage import Location
 
 __all__ = ["Dataset"]
@@ -56,7 +57,8 @@ class _Runtime:
 
 
 class Dataset:
-    """Named records split into shards: JSONL, Parquet or in-memory.
+    """Named records split into shards: JSONL, Parquet (both in one root, each shard read by its
+    own format) or in-memory.
 
     Build with :meth:`from_path` or :meth:`from_dict`. Shard ids are sorted ints (positions in
     the sorted listing or the index for files, the given keys for memory); shards without
@@ -65,9 +67,14 @@ class Dataset:
 
     def __init__(self, name: str, fmt: str, *, location: Location | None = None,
                  catalog: Catalog | None = None, memory: dict[int, InMemoryShard] | None = None,
-                 store_options: StoreOptions | None = None) -> None:
+                 store_options: StoreOptions | None = None,
+                 on_bad_record: str = "raise") -> None:
         if not isinstance(name, str) or not name:
             raise ValueError(f"dataset name must be a non-empty string, got {name!r}")
+        if on_bad_record not in BAD_RECORD_POLICIES:
+            raise ValueError(f"dataset {name!r}: on_bad_record must be one of "
+                             f"{BAD_RECORD_POLICIES}, got {on_bad_record!r}")
+        self._on_bad_record = on_bad_record
         self._name = name
         self._fmt = fmt
         self._location = location
@@ -89,18 +96,23 @@ class Dataset:
 
     @classmethod
     def from_path(cls, name: str, path: str | os.PathLike, *, fmt: str | None = None,
-                  storage_options: dict[str, Any] | None = None) -> Dataset:
+                  storage_options: dict[str, Any] | None = None,
+                  on_bad_record: str = "raise") -> Dataset:
         """A dataset under a local directory or URL (``s3://``, ``gs://``, ``memory://`` ...).
 
-        ``fmt``: ``"jsonl"`` or ``"parquet"``; None detects it (index.json, then file names).
-        ``storage_options`` go to the fsspec filesystem (``endpoint_url``, ``key``, ...).
+        ``fmt``: ``"jsonl"`` or ``"parquet"`` reads only the shards of that format; None reads
+        every shard in the format its name says, so a root may hold both (``fmt`` is then
+        ``"mixed"``; formats.py). ``storage_options`` go to the fsspec filesystem.
+        ``on_bad_record``: ``"raise"`` or ``"skip"`` an undecodable JSONL line (bad_records.py).
         Raises FileNotFoundError for a missing path, ValueError for a path with no recognised
-        shards, an unsupported format or an empty dataset.
+        shards, an unsupported format or an empty dataset, DataError for a shard name outside
+        the root (confine.py).
         """
         location = Location(os.fspath(path), dict(storage_options or {}))
         runtime = _Runtime(None)
         catalog = discover(name, location, fmt, runtime.res)
-        out = cls(name, catalog.fmt, location=location, catalog=catalog)
+        out = cls(name, catalog.fmt, location=location, catalog=catalog,
+                  on_bad_record=on_bad_record)
         out._runtime = runtime  # keep the resources discovery used in this process
         return out
 
@@ -108,31 +120,15 @@ class Dataset:
     def from_dict(cls, name: str, shards: Mapping[Any, InMemoryShard | Sequence[Any]]) -> Dataset:
         """An in-memory dataset: ``{shard_id: InMemoryShard([...]) or list}``. Shard ids are
         normalised to int and sorted; payloads are copied on every read, never mutated."""
-        if not isinstance(shards, Mapping) or not shards:
-            raise ValueError(f"dataset {name!r}: from_dict needs a non-empty dict of shards")
-        memory: dict[int, InMemoryShard] = {}
-        for key, shard in shards.items():
-            try:
-                sid = int(key)
-            except (TypeError, ValueError):
-                raise ValueError(f"dataset {name!r}: shard id {key!r} is not an integer") from None
-            if sid in memory:
-                raise ValueError(f"dataset {name!r}: shard id {sid} given twice")
-            if isinstance(shard, (str, bytes)) or not isinstance(shard, Iterable):
-                raise TypeError(f"dataset {name!r}: shard {key!r} must be an InMemoryShard or "
-                                f"a list of payloads, got {type(shard).__name__}")
-            items = InMemoryShard(list(shard))
-            if len(items):
-                memory[sid] = items
-        if not memory:
-            raise ValueError(f"dataset {name!r} is empty: {len(shards)} shard(s), no records")
+        memory = memory_shards(name, shards)
         return cls(name, "memory", memory=memory)
 
     def with_store_options(self, options: StoreOptions | dict | None) -> Dataset:
         """The same dataset read with other storage options (cache root, limits, ...)."""
         opts = None if options is None else StoreOptions.coerce(options)
         return Dataset(self._name, self._fmt, location=self._location, catalog=self._catalog,
-                       memory=self._memory, store_options=opts)
+                       memory=self._memory, store_options=opts,
+                       on_bad_record=self._on_bad_record)
 
     # -- pickling: descriptor only ------------------------------------------------------------
 
@@ -154,7 +150,22 @@ class Dataset:
 
     @property
     def fmt(self) -> str:
+        """The shards' format: ``"jsonl"``, ``"parquet"``, ``"mixed"`` or ``"memory"``."""
         return self._fmt
+
+    @property
+    def on_bad_record(self) -> str:
+        return self._on_bad_record
+
+    def shard_format(self, shard_id: int) -> str:
+        i = self._index(shard_id)
+        return "memory" if self._catalog is None else self._catalog.formats[i]
+
+    def formats(self) -> dict[str, int]:
+        """Shards per format, e.g. ``{"jsonl": 1, "parquet": 1}``."""
+        if self._catalog is None:
+            return {"memory": self.shard_count()}
+        return self._catalog.format_counts()
 
     @property
     def url(self) -> str | None:
@@ -293,7 +304,7 @@ class Dataset:
         loc, cat = self._location, self._catalog
         if loc is None or cat is None or loc.is_local:
             return False
-        if self._fmt == "parquet":
+        if self.shard_format(sid) == "parquet":
             return res.store.remote_reads == "whole"
         # JSONL is downloaded unless uncompressed shards are read by byte ranges
         return (res.store.remote_reads != "ranges"
@@ -316,7 +327,9 @@ class Dataset:
             self._index(shard_id)
             return MemoryShardReader(self._name, shard_id, self._memory[shard_id])
         ref = self._ref(shard_id)
-        if self._fmt == "jsonl":
+        if ref.location.is_local:  # a link swapped since discovery must not lead out either
+            check_local_link(ref.location, ref.name, dataset=self._name)
+        if self.shard_format(shard_id) == "jsonl":
             return JsonlShardReader(ref, res)
         return ParquetShardReader(ref, res)
 
@@ -343,7 +356,7 @@ class Dataset:
         if self._downloads_whole(rt.res, shard_id):
             self._download_ahead(rt, int(shard_id))
             return
-        if self._fmt != "parquet" or not read_ahead.enabled:
+        if not read_ahead.enabled or self.shard_format(shard_id) != "parquet":
             return
         self._reader(shard_id).read_ahead_rows(np.asarray(rows, dtype=np.int64))
 
@@ -351,7 +364,7 @@ class Dataset:
         """Decode row group ``group`` of a Parquet shard on this machine now, on the read-ahead
         thread, for a read that will want it: a worker process is told so by the coordinator
         for the row groups it owns. Other formats and remote shards ignore it."""
-        if self._fmt != "parquet" or self._memory is not None:
+        if self._memory is not None or self.shard_format(shard_id) != "parquet":
             return
         self._reader(int(shard_id)).decode_ahead(int(group))
 
@@ -359,31 +372,33 @@ class Dataset:
         """The first row of each row group of a Parquet shard, then its row count, read from the
         footer of a file on this machine (once per process); None for other formats, for a
         remote shard not in the node cache yet (learning it would cost a request; asked again,
-        it looks again) and for a file that cannot be read (its reader reports that, naming
-        it)."""
-        if self._fmt != "parquet" or self._memory is not None:
+        it looks again) and for a file that cannot be read or whose rows differ from the
+        catalog's (its reader reports that, naming it)."""
+        if self._memory is not None or self.shard_format(shard_id) != "parquet":
             return None
         rt = self._rt()
         sid = int(shard_id)
         if sid in rt.row_groups:
             return rt.row_groups[sid]
-        ref = self._ref(sid)
-        path = ref.location.path(ref.name) if ref.location.is_local else cached_parquet(ref, rt.res)
-        if path is None:
-            return None
-        try:
-            starts = group_starts(pq.read_metadata(path))
-        except (OSError, pa.ArrowException):
-            starts = None
-        rt.row_groups[sid] = starts
+        settled, starts = parquet_group_starts(self._ref(sid), rt.res)
+        if settled:
+            rt.row_groups[sid] = starts
         return starts
 
     def record_bytes(self, shard_id: int, rows: np.ndarray | Sequence[int]) -> np.ndarray | None:
         """Stored bytes of each of ``rows`` where the format keeps records apart (a JSONL
         record's line), None where it does not (Parquet, memory)."""
-        if self._fmt != "jsonl" or self._memory is not None:
+        if self._memory is not None or self.shard_format(shard_id) != "jsonl":
             return None
         return self._reader(shard_id).record_bytes(np.asarray(rows, dtype=np.int64))
+
+    def bad_rows(self, shard_id: int, rows: np.ndarray | Sequence[int]) -> np.ndarray:
+        """Which of ``rows`` (bool mask) cannot be decoded at all (bad_records.py); only JSONL
+        lines can be."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if self._memory is not None or self.shard_format(shard_id) != "jsonl":
+            return np.zeros(len(rows), dtype=bool)
+        return self._reader(shard_id).bad_rows(rows)
 
     def read_payloads(self, shard_id: int, rows: np.ndarray | Sequence[int]) -> list:
         """Rows of one shard as fresh Python payloads (exact dicts for JSONL and Parquet)."""
@@ -399,7 +414,7 @@ class Dataset:
         res = self._rt().res
         for sid in shard_ids:
             ref = self._ref(sid)
-            if self._fmt == "jsonl":
+            if self.shard_format(sid) == "jsonl":
                 ranged = (not ref.location.is_local and res.store.remote_reads == "ranges"
                           and compression_of(ref.name) is None)
                 if ranged:

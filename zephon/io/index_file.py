@@ -1,10 +1,15 @@
 """``index.json``: shard names, sizes and row counts, so start-up opens no shard.
 
-Written by ``build_index`` / ``python -m zephon build-index {jsonl|parquet} DIR_OR_URL``::
+Written by ``build_index`` / ``python -m zephon build-index {jsonl|parquet|auto} DIR_OR_URL``::
 
     {"format": "parquet", "version": 1,
      "shards": [{"name": "part-0.parquet", "bytes": 1234, "rows": 1000,
                  "version": "ETag:...", "extra": {"row_groups": [500, 500]}}, ...]}
+
+``"auto"`` indexes every shard of the root, each in the format its name says; the tag is then
+that format, or ``"mixed"``. An index of one format is refused for a root that also holds
+shards of another: discovery trusts an index without listing the root, so those would never
+be read. Every name read from an index must lie inside the root (confine.py).
 
 Reading also accepts third-party indexes (Spark/Ray writers) with the usual field spellings
 (``path``/``basename``, ``num_rows``/``samples``, ``size``/``num_bytes``).
@@ -19,8 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from zephon.io.confine import confined_name
 from zephon.io.errors import DataError
-from zephon.io.formats import SUPPORTED, shard_names
+from zephon.io.formats import MIXED, SUPPORTED, classify
 from zephon.io.local_copy import Resources, ShardRef
 from zephon.io.options import resolve_store
 from zephon.io.shard_stats import ShardStats, shard_stats
@@ -82,7 +88,12 @@ def index_entries(doc: dict[str, Any], location: Location,
             raise DataError(f"shard entry #{i} lacks a file name or a row count: {entry!r}",
                             dataset=dataset, shard=where)
         version = entry.get("version") if isinstance(entry.get("version"), str) else None
-        out.append(IndexEntry(name.lstrip("/"), int(rows), int(nbytes), version, extra))
+        try:
+            name = confined_name(location, name, dataset=dataset, source=where)
+        except DataError as e:
+            raise DataError(f"shard entry #{i}: {e.detail}", dataset=dataset,
+                            shard=e.shard) from None
+        out.append(IndexEntry(name, int(rows), int(nbytes), version, extra))
     return out
 
 
@@ -126,26 +137,40 @@ class _PlainProgress:
 def build_index(format_name: str, dataset_dir: str | os.PathLike, *,
                 output_path: str | os.PathLike | None = None, progress: bool = True,
                 max_workers: int = 8, storage_options: dict[str, Any] | None = None) -> Path | str:
-    """Write ``index.json`` for a JSONL or Parquet dataset (local directory or URL).
+    """Write ``index.json`` for a JSONL, Parquet or (``"auto"``) mixed dataset (local directory
+    or URL). A root that also holds shards of a format other than ``format_name`` is refused
+    (ValueError naming them): use ``"auto"``.
 
     Inspects up to ``max_workers`` shards at a time. Returns the local ``Path`` written, or the
     URL for a remote destination.
     """
-    if format_name not in SUPPORTED:
-        raise ValueError(f"build_index: unsupported format {format_name!r}; use one of {SUPPORTED}")
+    if format_name not in SUPPORTED and format_name != "auto":
+        raise ValueError(f"build_index: unsupported format {format_name!r}; use one of "
+                         f"{SUPPORTED + ('auto',)}")
     if max_workers < 1:
         raise ValueError(f"max_workers must be >= 1, got {max_workers}")
     location = Location(os.fspath(dataset_dir), dict(storage_options or {}))
     location.check_root()
-    files = [f for f in location.list_files() if f.name in shard_names(format_name, [f.name])]
-    if not files:
-        raise ValueError(f"no {format_name} shards under {location.display()}")
+    listing = [f for f in location.list_files() if f.name != INDEX_NAME]
+    found = classify([f.name for f in listing]).shards
+    if format_name not in found and (format_name != "auto" or not found):
+        what = "jsonl or parquet" if format_name == "auto" else format_name
+        raise ValueError(f"no {what} shards under {location.display()}")
+    others = sorted(n for k, names in found.items() if k != format_name for n in names)
+    if format_name != "auto" and others:
+        raise ValueError(f"{location.display()} also holds {len(others)} shard(s) of another "
+                         f"format ({', '.join(others[:5])}): an index of the {format_name} "
+                         "shards alone would leave them unread; build it with 'auto'")
+    kind_of = {n: k for k, names in found.items() for n in names}
+    files = [f for f in listing if f.name in kind_of]
+    kinds = sorted(set(kind_of.values()))
+    doc_format = kinds[0] if len(kinds) == 1 else MIXED
     res = Resources(resolve_store(None))
     refs = [ShardRef(location.display(), location, f.name, f.size, f.version) for f in files]
     bar = _progress(len(refs), progress, f"indexing {location.display()}")
 
     def one(ref: ShardRef) -> ShardStats:
-        stats = shard_stats(format_name, ref, res, keep=False)
+        stats = shard_stats(kind_of[ref.name], ref, res, keep=False)
         if bar is not None:
             bar.update(1)
         return stats
@@ -156,7 +181,7 @@ def build_index(format_name: str, dataset_dir: str | os.PathLike, *,
     finally:
         if bar is not None:
             bar.close()
-    doc = index_document(format_name, [f.name for f in files], [f.size for f in files],
+    doc = index_document(doc_format, [f.name for f in files], [f.size for f in files],
                          [f.version for f in files], stats)
     data = json.dumps(doc, indent=1).encode()
     if output_path is not None:
@@ -177,8 +202,8 @@ def _write(location: Location, name: str, data: bytes) -> Path | str:
     return location.display(name)
 
 
-_USAGE = """usage: python -m zephon build-index {jsonl|parquet} DIR_OR_URL [--output PATH]
-                                     [--workers N] [--no-progress]"""
+_USAGE = """usage: python -m zephon build-index {jsonl|parquet|auto} DIR_OR_URL [--output PATH]
+                                          [--workers N] [--no-progress]"""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,14 +1,23 @@
-"""Reading raw rows without a pipeline: ``DatasetInspector`` and ``python -m zephon inspect``."""
+"""Reading raw rows without a pipeline: ``DatasetInspector`` and ``python -m zephon inspect``.
+
+``inspect`` shows every format of the root (shards and rows of each, a few rows of the first
+shard of each) and the files it does not read: those that look like data and the rest
+(formats.py)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from zephon.io.dataset import Dataset
+from zephon.io.discovery import root_files
+from zephon.io.formats import classify
 from zephon.io.options import StoreOptions
 
 __all__ = ["DatasetInspector", "inspect_main"]
@@ -26,6 +35,13 @@ class DatasetInspector:
     @property
     def dataset(self) -> Dataset:
         return self._dataset
+
+    def formats(self) -> dict[str, int]:
+        """Shards per format, e.g. ``{"jsonl": 3, "parquet": 2}``."""
+        return self._dataset.formats()
+
+    def shard_format(self, shard_id: int) -> str:
+        return self._dataset.shard_format(shard_id)
 
     def _check(self) -> None:
         if self._closed:
@@ -65,6 +81,13 @@ def _human(n: float) -> str:
     return str(n)
 
 
+def _json_default(value: Any) -> Any:
+    """Parquet payloads hold NumPy arrays and scalars (spec addendum A.10): print their values."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return value.tolist()
+    return repr(value)
+
+
 def inspect_main(argv: list[str] | None = None) -> int:
     """``python -m zephon inspect URL [--format F] [--rows N] [--shard ID]``."""
     parser = argparse.ArgumentParser(prog="python -m zephon inspect",
@@ -72,33 +95,55 @@ def inspect_main(argv: list[str] | None = None) -> int:
     parser.add_argument("url", help="dataset directory or URL")
     parser.add_argument("--format", dest="fmt", default=None, choices=["jsonl", "parquet"])
     parser.add_argument("--rows", type=int, default=3, help="rows to print (default 3)")
-    parser.add_argument("--shard", type=int, default=None, help="shard id (default: first)")
+    parser.add_argument("--shard", type=int, default=None,
+                        help="shard id (default: the first of each format)")
     parser.add_argument("--width", type=int, default=200, help="characters per printed row")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        ds = Dataset.from_path("inspect", args.url, fmt=args.fmt)
+        with warnings.catch_warnings():  # the files a warning would name are listed below
+            warnings.simplefilter("ignore", UserWarning)
+            ds = Dataset.from_path("inspect", args.url, fmt=args.fmt)
+        listing = root_files(ds._location, ds.name)
     except (OSError, ValueError) as e:
         print(f"inspect failed: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     raw = ds.raw_bytes()
+    ids = ds.ids()
+    kinds = [ds.shard_format(int(s)) for s in ids.tolist()]
     print(f"dataset   {args.url}")
     print(f"format    {ds.fmt}")
+    for fmt in ds.formats():
+        mine = np.asarray([k == fmt for k in kinds], dtype=bool)
+        print(f"  {fmt:<8}{int(mine.sum())} shard(s), {int(ds.counts()[mine].sum())} rows")
     print(f"shards    {ds.shard_count()}")
     print(f"rows      {ds.total()} (largest shard {ds.max_count()})")
     if raw is not None:
         print(f"bytes     {int(raw.sum())} ({_human(float(raw.sum()))})")
-    sid = int(ds.ids()[0]) if args.shard is None else args.shard
-    n = max(0, min(args.rows, ds.count(sid)))
+    read = set(ds._catalog.names) if ds._catalog is not None else set()
+    found = classify([f.name for f in listing if f.name not in read])
+    unread = found.data_unread + [n for names in found.shards.values() for n in names]
+    for label, names in (("unread", sorted(unread)), ("other", found.other)):
+        if names:
+            more = f" and {len(names) - 10} more" if len(names) > 10 else ""
+            what = "look like data, not read" if label == "unread" else "not data, not read"
+            print(f"{label:<10}{len(names)} file(s) ({what}): {', '.join(names[:10])}{more}")
+    if args.shard is not None:
+        shown = [args.shard]
+    else:  # the first shard of each format
+        shown = [int(ids[kinds.index(f)]) for f in ds.formats()]
     with DatasetInspector(ds) as insp:
-        try:
-            rows = insp.read_many(sid, range(n))
-        except (OSError, ValueError) as e:
-            print(f"inspect failed: {type(e).__name__}: {e}", file=sys.stderr)
-            return 1
-    print(f"shard {sid}: {ds.shard_name(sid)} ({ds.count(sid)} rows)")
-    for i, row in enumerate(rows):
-        text = json.dumps(row, ensure_ascii=False, default=repr)
-        if len(text) > args.width:
-            text = text[: args.width - 3] + "..."
-        print(f"  [{i}] {text}")
+        for sid in shown:
+            n = max(0, min(args.rows, ds.count(sid)))
+            try:
+                rows = insp.read_many(sid, range(n))
+            except (OSError, ValueError, KeyError) as e:
+                print(f"inspect failed: {type(e).__name__}: {e}", file=sys.stderr)
+                return 1
+            print(f"shard {sid}: {ds.shard_name(sid)} ({ds.shard_format(sid)}, "
+                  f"{ds.count(sid)} rows)")
+            for i, row in enumerate(rows):
+                text = json.dumps(row, ensure_ascii=False, default=_json_default)
+                if len(text) > args.width:
+                    text = text[: args.width - 3] + "..."
+                print(f"  [{i}] {text}")
     return 0

@@ -7,8 +7,10 @@ read, or one they decline, gathers the requested lines' byte spans (the ``linein
 memory map; remote ``ranges`` mode fetches each run of consecutive lines with one ranged GET),
 parses them with ``pyarrow.json`` in one call and reorders with ``take``. When Arrow rejects
 the lines (types that change between records, a line that is not an object, broken JSON) the
-reader parses line by line with orjson, which also pinpoints the bad line. Absent keys versus
-explicit nulls: see records.py.
+reader parses line by line with orjson, which also pinpoints the bad line. Arrow's reader takes
+strings that are not UTF-8 as they are, so its tables are validated before they are believed:
+such a line is reported like any other bad line (``BadRecordError``, bad_records.py), never
+left for a later ``UnicodeDecodeError``. Absent keys versus explicit nulls: see records.py.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pyarrow.json as pj
 
 from zephon._ext import kernel
 from zephon.block import NotColumnar
+from zephon.io.bad_records import BadRecordError
 from zephon.io.errors import DataError
 from zephon.io.lines import compression_of
 from zephon.io.local_copy import Resources, ShardRef, local_jsonl, remote_jsonl_index
@@ -114,32 +117,48 @@ class JsonlShardReader:
         first = start + (int(lead[0]) if len(lead) else 0)
         return int(np.count_nonzero(self._bytes[:first] == 10)) + 1
 
-    def _error(self, message: str, row: int) -> DataError:
+    def _error(self, message: str, row: int) -> BadRecordError:
         line = self._line_number(row)
-        return DataError(message, dataset=self.ref.dataset, shard=self.ref.display, line=line,
-                         row=None if line is not None else row + 1)
+        return BadRecordError(message, dataset=self.ref.dataset, shard=self.ref.display,
+                              line=line, row=None if line is not None else row + 1)
 
     # -- parsing ------------------------------------------------------------------------------
 
+    def _decode(self, line: bytes, row: int) -> dict:
+        """One record line as a dict, or BadRecordError naming it."""
+        if row == 0 and line.lstrip().startswith(_BOM):
+            line = line.lstrip()[len(_BOM):]
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError as e:
+            try:  # the stdlib also takes NaN / Infinity and integers beyond 64 bits
+                obj = json.loads(line)
+            except ValueError:
+                raise self._error(_utf8_problem(line) or f"malformed JSON: {e}", row) from None
+        if type(obj) is not dict:
+            raise self._error(f"record is not a JSON object (found {type(obj).__name__})", row)
+        return obj
+
     def _parse_python(self, buf: np.ndarray, offs: np.ndarray, rows: np.ndarray) -> list[dict]:
         raw = buf.tobytes()
-        out = []
-        for i, (a, b) in enumerate(zip(offs[:-1].tolist(), offs[1:].tolist())):
-            line = raw[a:b]
-            if rows[i] == 0 and line.lstrip().startswith(_BOM):
-                line = line.lstrip()[len(_BOM):]
+        return [self._decode(raw[a:b], int(r))
+                for a, b, r in zip(offs[:-1].tolist(), offs[1:].tolist(), rows.tolist())]
+
+    def bad_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Which of ``rows`` cannot be decoded (bool mask): each line judged on its own."""
+        rows = np.asarray(rows, dtype=np.int64)
+        self._check_rows(rows)
+        bad = np.zeros(len(rows), dtype=bool)
+        if not len(rows):
+            return bad
+        buf, offs = self._gather(rows)
+        raw = buf.tobytes()
+        for i, (a, b, r) in enumerate(zip(offs[:-1].tolist(), offs[1:].tolist(), rows.tolist())):
             try:
-                obj = orjson.loads(line)
-            except orjson.JSONDecodeError as e:
-                try:  # the stdlib also takes NaN / Infinity and integers beyond 64 bits
-                    obj = json.loads(line)
-                except ValueError:
-                    raise self._error(f"malformed JSON: {e}", int(rows[i])) from None
-            if type(obj) is not dict:
-                raise self._error(f"record is not a JSON object (found {type(obj).__name__})",
-                                  int(rows[i]))
-            out.append(obj)
-        return out
+                self._decode(raw[a:b], r)
+            except BadRecordError:
+                bad[i] = True
+        return bad
 
     def _parse_arrow(self, buf: np.ndarray, n: int) -> pa.Table | None:
         source = pa.py_buffer(buf)
@@ -154,7 +173,9 @@ class JsonlShardReader:
                 schema = pa.schema([f.with_type(_no_timestamps(f.type)) for f in table.schema])
                 table = pj.read_json(pa.BufferReader(source), read_options=opts,
                                      parse_options=pj.ParseOptions(explicit_schema=schema))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            table.validate(full=True)  # strings and keys are not checked for UTF-8 while parsing
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError,
+                UnicodeDecodeError):
             return None
         return table
 
@@ -261,6 +282,14 @@ class JsonlShardReader:
             return []
         buf, offs = self._gather(rows)
         return self._parse_python(buf, offs, rows)
+
+
+def _utf8_problem(line: bytes) -> str | None:
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return f"not valid UTF-8 (byte 0x{line[e.start]:02x} at byte {e.start + 1} of the line)"
+    return None
 
 
 def _column_order(rows: np.ndarray, vstart: np.ndarray, vend: np.ndarray) -> np.ndarray | None:

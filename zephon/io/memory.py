@@ -8,7 +8,7 @@ Readers never hand out the user's objects: ``read_payloads`` returns deep copies
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -81,3 +81,27 @@ class MemoryShardReader:
 
     def read_payloads(self, rows: np.ndarray) -> list[Any]:
         return [copy.deepcopy(p) for p in self._select(rows)]
+
+
+def memory_shards(name: str, shards: Mapping[Any, Any]) -> dict[int, InMemoryShard]:
+    """``Dataset.from_dict``'s shards, checked: int ids, each given once, shards of records
+    (empty ones left out). ValueError / TypeError naming the dataset otherwise."""
+    if not isinstance(shards, Mapping) or not shards:
+        raise ValueError(f"dataset {name!r}: from_dict needs a non-empty dict of shards")
+    memory: dict[int, InMemoryShard] = {}
+    for key, shard in shards.items():
+        try:
+            sid = int(key)
+        except (TypeError, ValueError):
+            raise ValueError(f"dataset {name!r}: shard id {key!r} is not an integer") from None
+        if sid in memory:
+            raise ValueError(f"dataset {name!r}: shard id {sid} given twice")
+        if isinstance(shard, (str, bytes)) or not isinstance(shard, Iterable):
+            raise TypeError(f"dataset {name!r}: shard {key!r} must be an InMemoryShard or "
+                            f"a list of payloads, got {type(shard).__name__}")
+        items = InMemoryShard(list(shard))
+        if len(items):
+            memory[sid] = items
+    if not memory:
+        raise ValueError(f"dataset {name!r} is empty: {len(shards)} shard(s), no records")
+    return memory

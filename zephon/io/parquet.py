@@ -26,6 +26,7 @@ from zephon.block import take_table
 from zephon.io import read_ahead
 from zephon.io.errors import DataError
 from zephon.io.local_copy import Resources, ShardRef, cached_parquet, local_parquet
+from zephon.payload_values import mark, payload_rows
 
 __all__ = ["ParquetShardReader", "RowGroupCache", "row_group_cache"]
 
@@ -194,8 +195,9 @@ class ParquetShardReader:
         out = []
         for g in groups:  # one call per group: read_row_groups([...]) is several times slower
             try:
-                out.append((file or self._file).read_row_group(g, columns=columns,
-                                                               use_threads=False))
+                # marked: record payloads hold NumPy values (payload_values.py)
+                out.append(mark((file or self._file).read_row_group(g, columns=columns,
+                                                                    use_threads=False)))
             except FileNotFoundError as e:
                 raise self.ref.missing(e) from e
             except (pa.ArrowInvalid, pa.ArrowIOError) as e:
@@ -389,8 +391,8 @@ class ParquetShardReader:
                              f"{bad} out of range for a shard of {self.rows} rows")
         self._check_columns(columns)
         if len(rows) == 0:
-            schema = self._file.schema_arrow
-            return schema.empty_table() if columns is None else schema.empty_table().select(columns)
+            empty = mark(self._file.schema_arrow.empty_table())
+            return empty if columns is None else empty.select(columns)
         rg_of = np.searchsorted(self.rg_starts, rows, side="right") - 1
         groups = np.unique(rg_of)
         local = rows - self.rg_starts[rg_of]
@@ -417,7 +419,8 @@ class ParquetShardReader:
         return take_table(pa.concat_tables(pieces), inverse)
 
     def read_payloads(self, rows: np.ndarray) -> list[dict]:
-        return self.read_table(rows).to_pylist()
+        table = self.read_table(rows)
+        return payload_rows(table, table.column_names)
 
 
 def group_starts(meta: pq.FileMetaData) -> np.ndarray:

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 
 from zephon._ext import kernel
 from zephon.block import NotColumnar
+from zephon.payload_values import mark_from_payloads
 
 __all__ = [
     "SPARSE_KEY",
@@ -241,7 +242,7 @@ def table_from_dicts(payloads: Sequence[Any]) -> pa.Table:
         raise NotColumnar(f"payloads do not fit one Arrow schema: {e}") from e
     if not pa.types.is_struct(struct.type):
         raise NotColumnar(f"payloads became {struct.type}, not a struct")
-    table = pa.Table.from_struct_array(struct)
+    table = mark_from_payloads(pa.Table.from_struct_array(struct), payloads)
     if not has_nulls(table):
         return table
     sparse = []

@@ -11,14 +11,22 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephon.io.errors import DataError
 from zephon.io.lines import compression_of, decoded_reader, scan_stream
-from zephon.io.local_copy import Resources, ShardRef, local_jsonl, missing_as_shard_error
+from zephon.io.local_copy import (
+    Resources,
+    ShardRef,
+    cached_parquet,
+    local_jsonl,
+    missing_as_shard_error,
+)
+from zephon.io.parquet import group_starts
 
-__all__ = ["ShardStats", "jsonl_stats", "parquet_stats", "shard_stats"]
+__all__ = ["ShardStats", "jsonl_stats", "parquet_group_starts", "parquet_stats", "shard_stats"]
 
 
 @dataclass
@@ -76,3 +84,21 @@ def shard_stats(fmt: str, ref: ShardRef, res: Resources, *, keep: bool) -> Shard
     if fmt == "parquet":
         return parquet_stats(ref, res)
     raise ValueError(f"unsupported format {fmt!r}")
+
+
+def parquet_group_starts(ref: ShardRef, res: Resources) -> tuple[bool, np.ndarray | None]:
+    """``(settled, starts)``: the first row of each row group of a Parquet shard on this
+    machine, then its row count. ``settled`` is False for a remote shard not in the node cache
+    yet (learning its footer would cost a request: ask again later). ``starts`` is None for a
+    file that cannot be read, and for one whose rows differ from the catalog's (an index.json
+    that miscounts it): its reader reports either, naming it."""
+    path = ref.location.path(ref.name) if ref.location.is_local else cached_parquet(ref, res)
+    if path is None:
+        return False, None
+    try:
+        starts = group_starts(pq.read_metadata(path))
+    except (OSError, pa.ArrowException):
+        return True, None
+    if ref.rows is not None and int(starts[-1]) != ref.rows:
+        return True, None
+    return True, starts

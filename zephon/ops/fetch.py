@@ -1,4 +1,8 @@
-"""fetch: pointers in, payload records out (the implicit first operator of every pipeline)."""
+"""fetch: pointers in, payload records out (the implicit first operator of every pipeline).
+
+A dataset built with ``on_bad_record="skip"`` gives fewer records than pointers when some of
+its records cannot be decoded (``zephon/io/bad_records.py``): their pointers leave the block
+here, counted under ``("fetch", "bad_record")``, like records a filter removes."""
 
 from __future__ import annotations
 
@@ -7,9 +11,12 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
+from zephon import accounting
 from zephon.block import Block, NotColumnar, take_table
 from zephon.io import fetch_timing
+from zephon.io.bad_records import read_skipping
 from zephon.ops.base import BaseOp, OpTraits
+from zephon.payload_values import concat_marks
 
 DEFAULT_FETCH_BATCH = 1024
 
@@ -52,6 +59,7 @@ class FetchOp(BaseOp):
         order, bounds = shard_runs(block)
         key_d, key_s = block.meta["dataset_id"][order], block.meta["shard_id"][order]
         parts: list = []
+        keeps: list = []  # per part: None (every row read) or the mask of rows read
         columnar = True
         for a, b in zip(bounds[:-1], bounds[1:]):
             ds = self.datasets[int(key_d[a])]
@@ -60,13 +68,19 @@ class FetchOp(BaseOp):
             with fetch_timing.group(int(key_d[a]), int(key_s[a]), b - a, self.timing):
                 if columnar:
                     try:
-                        part = ds.read_table(int(key_s[a]), sel)
+                        part, keep = _read(ds, int(key_s[a]), sel, True)
                     except NotColumnar:
                         columnar = False
                         parts = [self._as_payloads(p) for p in parts]
                 if part is None:
-                    part = ds.read_payloads(int(key_s[a]), sel)
+                    part, keep = _read(ds, int(key_s[a]), sel, False)
             parts.append(part)
+            keeps.append(keep)
+        if any(k is not None for k in keeps):
+            block, order, parts = _drop_skipped(block, order, bounds, keeps, parts)
+            n = len(block)
+            if n == 0:
+                return block.with_table(pa.table({}))
         inverse = np.empty(n, dtype=np.int64)
         inverse[order] = np.arange(n, dtype=np.int64)
         if columnar:
@@ -75,7 +89,8 @@ class FetchOp(BaseOp):
             if any(x != names[0] for x in names):
                 sparse |= {c for x in names for c in x if any(c not in y for y in names)}
             try:
-                table = pa.concat_tables(parts, promote_options="permissive") if len(parts) > 1 else parts[0]
+                table = concat_marks(parts, pa.concat_tables(parts, promote_options="permissive")) \
+                    if len(parts) > 1 else parts[0]
             except (pa.ArrowInvalid, pa.ArrowTypeError):
                 payloads = [r for p in parts for r in self._as_payloads(p)]
                 return Block(block.meta, [payloads[i] for i in inverse.tolist()], block.lineage)
@@ -121,6 +136,25 @@ class FetchOp(BaseOp):
             return Block({"sample_idx": np.zeros(part.num_rows, np.int64)}, part,
                          sparse=_sparse_of(part)).payload_list()
         return list(part)
+
+
+def _read(ds, shard: int, sel: np.ndarray, columnar: bool) -> tuple:
+    """(part, keep) of one shard's rows under the dataset's ``on_bad_record`` policy."""
+    if getattr(ds, "on_bad_record", "raise") == "skip":
+        return read_skipping(ds, shard, sel, columnar=columnar)
+    return (ds.read_table(shard, sel) if columnar else ds.read_payloads(shard, sel)), None
+
+
+def _drop_skipped(block: Block, order: np.ndarray, bounds: list[int], keeps: list,
+                  parts: list) -> tuple[Block, np.ndarray, list]:
+    """The block without the pointers whose records were skipped (counted here), the read
+    order of the rest in its positions, and the parts that still hold rows."""
+    kept = np.concatenate([np.ones(b - a, dtype=bool) if k is None else k
+                           for k, a, b in zip(keeps, bounds[:-1], bounds[1:])])
+    accounting.count("fetch", "bad_record", block.meta["dataset_id"][order[~kept]], None)
+    survivors = np.sort(order[kept])
+    return (block.take(survivors), np.searchsorted(survivors, order[kept]),
+            [p for p in parts if len(p)] or parts[:1])
 
 
 def shard_runs(block: Block) -> tuple[np.ndarray, list[int]]:

@@ -29,6 +29,7 @@ REASONS = {
     "filtered": "removed by a filter",
     "empty": "had no tokens",
     "discarded_tokens": "tokens left over at the end of a stream that could not fill a row",
+    "off_target": "surplus that strict ensure_mixture (max_buffer_size=None) could not place",
 }
 
 

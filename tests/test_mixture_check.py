@@ -116,3 +116,15 @@ def test_the_check_judges_whole_windows_in_the_mixture_unit():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check.add(np.array([0, 1]), np.array([0, 500]))   # said once per run
+
+
+def test_strict_ensure_mixture_counts_what_it_drops():
+    p = (Pipeline(_source()).options(num_workers=0, mixture_tolerance=0).tokenize(**TOK)
+         .ensure_mixture(max_buffer_size=None, mixture={"short": 0.9, "long": 0.1})
+         .batch(microbatch_size=1, drop_last=False))
+    with pytest.warns(RuntimeWarning, match="ensure_mixture counted .*'off_target'"):
+        delivered = len(list(p))
+    losses = p.metrics_snapshot()["losses"]
+    assert losses["records"] > 0 and delivered + losses["records"] == 240
+    assert list(losses["by_dataset"]) == ["long"]
+    assert losses["by_dataset"]["long"]["off_target"]["tokens"] > 0

@@ -159,7 +159,7 @@ cdef class PackCore:
             self.order[s] = self.order[s + 1]
         return 0
 
-    cdef inline bint _full(self, int64_t k) nogil:
+    cdef inline bint _full(self, int64_t k) noexcept nogil:
         """A wrap / best_fit_wrap bin is done at max_length tokens or max_segs segments."""
         cdef int64_t b = self.order[k]
         return self.bins[b].fill == self.max_length or (

@@ -16,17 +16,17 @@ pytestmark = pytest.mark.skipif(compiled("packing") is None, reason="packing ext
 def core_config(draw):
     algo = draw(st.integers(0, 3))
     L = draw(st.integers(1, 40))
+    # max_segs (the fifth) caps segments per bin in every algorithm (0: no cap)
     return (algo, L, draw(st.integers(1, 5)) if algo < 2 else 1,
-            draw(st.integers(1, min(L, 6))), draw(st.integers(0, 4)) if algo < 2 else 0,
+            draw(st.integers(1, min(L, 6))), draw(st.integers(0, 4)),
             draw(st.booleans()), draw(st.booleans()), draw(st.integers(0, 8)),
             draw(st.integers(1, 30)))
 
 
 def _same(a: tuple, b: tuple) -> None:
-    assert len(a) == len(b) == 7
-    for x, y in zip(a[:6], b[:6]):
+    assert len(a) == len(b) == 6
+    for x, y in zip(a, b):
         np.testing.assert_array_equal(x, y)
-    assert a[6] == b[6]
 
 
 @settings(max_examples=150, deadline=None)
@@ -55,8 +55,8 @@ def test_large_random_stream_agrees():
     rng = np.random.default_rng(7)
     lengths = np.minimum(rng.lognormal(5, 1, 3000).astype(np.int64), 3000)
     ids = np.arange(len(lengths), dtype=np.int64)
-    for algo in range(4):
-        cfg = (algo, 512, 8 if algo < 2 else 1, 4, 0, algo == 1, algo < 2, 64, 200)
+    for algo, cap in [(a, c) for a in range(4) for c in (0, 3)]:
+        cfg = (algo, 512, 8 if algo < 2 else 1, 4, cap, algo == 1, algo < 2, 64, 200)
         c, f = compiled("packing").PackCore(*cfg), fallback("packing").PackCore(*cfg)
         for chunk in np.array_split(np.arange(len(lengths)), 7):
             _same(c.push(lengths[chunk], ids[chunk]), f.push(lengths[chunk], ids[chunk]))

@@ -147,32 +147,43 @@ def test_pack_flat_best_fit_to_training(tokenizer_path):
         B = len(b)
         assert out["input_ids"].shape == (B, 64) and out["labels"].shape == (B, 64)
         pad = b.block.meta["padding_length"]
+        pos = np.asarray(b.block.payload.column("positions").to_pylist())
         for i in range(B):
             row = np.asarray(b.block.payload.column("input_ids")[i].as_py())
             content = 65 - pad[i]
             assert (row[content:] == 0).all()
             assert (out["labels"][i, content - 1:] == -100).all()
-            assert (out["labels"][i, :content - 1] == row[1:content]).all()
+            # within a document a label is the next token; where the next token opens
+            # another document (position 0), it is masked
+            inside = pos[i, 1:content] != 0
+            assert (out["labels"][i, :content - 1][inside] == row[1:content][inside]).all()
+            assert (out["labels"][i, :content - 1][~inside] == -100).all()
             seen_docs += int((row[:content] == 1).sum())
         assert out["loss_mask"].dtype == np.float32
     lengths = [len(r.payload["input_ids"])
                for r in _one(texts).tokenize(tokenizer=tokenizer_path, field="text")]
-    # best_fit keeps every document whole and drops only the oversized ones
-    assert seen_docs == sum(1 for n in lengths if n <= 65) and max(lengths) > 65
+    # best_fit keeps every document: the oversized ones in max_length pieces (BOS in the first)
+    assert seen_docs == len(texts) and max(lengths) > 65
 
 
 def test_pack_flat_wrap_rows_are_full_and_positions_restart(tokenizer_path):
     texts = synthetic.documents(100, seed=8, mean_words=15)
     p = (_one(texts).tokenize(tokenizer=tokenizer_path, field="text")
-         .pack_flat(max_length=33, algorithm="wrap").batch(microbatch_size=2))
-    with pytest.warns(UserWarning, match="discarded"):
-        batches = list(p)
+         .pack_flat(max_length=33, algorithm="wrap").batch(microbatch_size=2, drop_last=False))
+    batches = list(p)
     for b in batches:
         out = b.to_training(dtype="numpy")
-        assert out["input_ids"].shape == (2, 33)
+        assert out["input_ids"].shape[1] == 33
         pos = out["positions"]
         starts = out["input_ids"] == 1
         assert (pos[starts] == 0).all()
+    pads = np.concatenate([b.block.meta["padding_length"] for b in batches])
+    tokens = sum(len(r.payload["input_ids"])
+                 for r in _one(texts).tokenize(tokenizer=tokenizer_path, field="text"))
+    # every row is full but the last, which carries the end of the stream, padded: no token
+    # is left behind
+    assert (pads[:-1] == 0).all() and 0 < pads[-1] < 33
+    assert len(pads) * 33 - pads.sum() == tokens
 
 
 def test_pack_sequences_keeps_whole_payloads(tokenizer_path):
@@ -220,3 +231,41 @@ def test_minimal_shape_from_the_spec():
     assert [len(b) for b in batches] == [2, 1]
     texts = [t for b in batches for t in b.to_training(dtype=None)["texts"]]
     assert sorted(texts) == ["big", "hello", "world"]
+
+
+def test_cross_document_labels_are_masked_where_cu_seqlens_cut(tokenizer_path):
+    texts = synthetic.documents(80, seed=11, mean_words=8)
+    p = (_one(texts).tokenize(tokenizer=tokenizer_path, field="text", special_tokens="bos_eos",
+                              bos_token_id=1, eos_token_id=2)
+         .pack_flat(max_length=41, algorithm="wrap").batch(microbatch_size=4, drop_last=False))
+    boundaries = 0
+    for b in p:
+        out = b.to_training(return_labels=True, return_cu_seqlens=True, flatten=True,
+                            dtype="numpy")
+        kept = b.to_training(return_labels=True, boundary_mask_loss=False, flatten=True,
+                             dtype="numpy")
+        ids, labels = out["input_ids"], out["labels"]
+        W = 40
+        pos = np.asarray(b.block.payload.column("positions").to_pylist())
+        cut = (pos[:, 1:] == 0).reshape(-1)              # the next token opens a document
+        pad = np.concatenate([np.arange(W) >= W - int(n) for n in b.block.meta["padding_length"]])
+        # cu_seqlens cuts where the labels are masked: at the last position of each document
+        starts = out["cu_seqlens"][:-1]
+        assert cut[starts[starts % W != 0] - 1].all()
+        # the end of a document never predicts the start of the next one; everything else does
+        assert (labels[cut] == -100).all() and (ids[cut & ~pad] == 2).all()
+        assert (labels[~cut & ~pad] == kept["labels"][~cut & ~pad]).all()
+        assert (kept["labels"][cut & ~pad] == 1).all()   # kept: EOS -> BOS of the next document
+        boundaries += int((cut & ~pad).sum())
+    assert boundaries > 30
+
+
+def test_packed_rows_without_positions_refuse_to_mislabel(tokenizer_path):
+    texts = synthetic.documents(20, seed=12, mean_words=6)
+    p = (_one(texts).tokenize(tokenizer=tokenizer_path, field="text")
+         .pack_flat(max_length=64, algorithm="first_fit", num_bins=2, pad_token_id=0,
+                    emit_positions=False).batch(microbatch_size=2))
+    b = next(iter(p))
+    with pytest.raises(ValueError, match="boundary_mask_loss=False"):
+        b.to_training(return_labels=True)
+    assert b.to_training(return_labels=True, boundary_mask_loss=False)["labels"].shape == (2, 63)

@@ -36,9 +36,9 @@ def make_packer(algorithm: str, L: int, **kw) -> Packer:
 
 
 def run(packer: Packer, lengths: list[int], cuts: list[int],
-        first_id: int = 0) -> tuple[list[tuple], list[int], int]:
-    """Push ``lengths`` (record id = index) split at ``cuts``; returns (bins, dropped, discarded)."""
-    bins, dropped, discarded = [], [], 0
+        first_id: int = 0) -> tuple[list[tuple], list[int]]:
+    """Push ``lengths`` (record id = index) split at ``cuts``; returns (bins, dropped)."""
+    bins, dropped = [], []
     bounds = sorted({0, len(lengths), *[c for c in cuts if 0 < c < len(lengths)]})
     ids = np.arange(first_id, first_id + len(lengths))
     results = [packer.push(np.array(lengths[a:b], np.int64), ids[a:b])
@@ -49,8 +49,7 @@ def run(packer: Packer, lengths: list[int], cuts: list[int],
             bins.append((b.record_id.tolist(), b.token_start.tolist(), b.token_len.tolist(),
                          b.padding))
         dropped += res.dropped.tolist()
-        discarded += res.discarded_tokens
-    return bins, dropped, discarded
+    return bins, dropped
 
 
 stream = st.tuples(st.integers(1, 48), st.lists(st.integers(0, 120), max_size=50),
@@ -63,48 +62,103 @@ def _check_common(bins, L):
         assert all(n > 0 for n in lens)
 
 
-@examples(60)
-@given(s=stream, algo=st.sampled_from(["first_fit", "best_fit"]))
-def test_whole_document_algorithms_keep_documents_whole(impl, s, algo):
-    L, lengths, cuts = s
-    bins, dropped, discarded = run(make_packer(algo, L), lengths, cuts)
-    _check_common(bins, L)
-    placed = [r for recs, *_ in bins for r in recs]
-    assert sorted(placed + dropped) == list(range(len(lengths)))
-    assert sorted(dropped) == [i for i, n in enumerate(lengths) if n > L or n == 0]
+def _pieces(bins) -> dict[int, list[tuple[int, int]]]:
+    """record -> its emitted (token_start, token_len) pieces, sorted."""
+    out: dict[int, list[tuple[int, int]]] = {}
     for recs, starts, lens, _ in bins:
-        assert starts == [0] * len(recs)
-        assert lens == [lengths[r] for r in recs]
-    assert discarded == 0
+        for r, b, n in zip(recs, starts, lens):
+            out.setdefault(r, []).append((b, n))
+    return {r: sorted(p) for r, p in out.items()}
+
+
+def _kept(n: int, L: int, oversized: str) -> int:
+    """Tokens of an n-token record that a packer must emit under an oversized policy."""
+    if n > L:
+        return {"split": n, "truncate": L, "drop": 0}[oversized]
+    return n
+
+
+@examples(60)
+@given(s=stream, algo=st.sampled_from(["first_fit", "best_fit"]),
+       oversized=st.sampled_from(["split", "truncate", "drop"]))
+def test_whole_document_algorithms_keep_documents_whole(impl, s, algo, oversized):
+    L, lengths, cuts = s
+    bins, dropped = run(make_packer(algo, L, oversized=oversized), lengths, cuts)
+    _check_common(bins, L)
+    gone = [i for i, n in enumerate(lengths) if n == 0 or (n > L and oversized == "drop")]
+    assert sorted(dropped) == gone
+    pieces = _pieces(bins)
+    for r, n in enumerate(lengths):
+        got = pieces.get(r, [])
+        kept = _kept(n, L, oversized)
+        # each record's pieces tile its first `kept` tokens: nothing lost, nothing twice
+        assert [b for b, _ in got] == list(range(0, kept, L))
+        assert sum(ln for _, ln in got) == kept
+    for recs, starts, lens, _ in bins:
+        # a record that fits is never cut; only an oversized one is, into max_length pieces
+        assert all(b + ln == lengths[r] or ln == L for r, b, ln in zip(recs, starts, lens)
+                   if oversized == "split")
+
+
+def test_oversized_policies_and_the_old_keyword(impl):
+    for kw, want in (({}, "split"), ({"drop_oversized": True}, "drop"),
+                     ({"drop_oversized": False}, "split"), ({"oversized": "truncate"}, "truncate")):
+        assert Packer(4, "best_fit", num_bins=2, **kw).oversized == want
+    p = Packer(4, "best_fit", num_bins=2)         # the default keeps a long record, in pieces
+    assert [(b.token_start.tolist(), b.padding) for b in p.push([10], [7])] == [([0], 0), ([4], 0)]
+    assert [(b.token_start.tolist(), b.token_len.tolist()) for b in p.flush()] == [([8], [2])]
+    p = Packer(4, "first_fit", num_bins=2, oversized="truncate")
+    assert len(p.push([10], [7])) == 1 and p.flush().token_len.tolist() == []
+    with pytest.raises(ValueError, match="contradicts"):
+        Packer(4, "wrap", drop_oversized=True, oversized="split")
+    with pytest.raises(ValueError, match="oversized"):
+        Packer(4, "wrap", oversized="clip")
 
 
 @examples(60)
 @given(s=stream)
-def test_wrap_emits_full_rows_and_loses_only_the_final_carry(impl, s):
+def test_wrap_emits_every_token_in_stream_order(impl, s):
     L, lengths, cuts = s
     packer = make_packer("wrap", L)
-    bins, dropped, discarded = run(packer, lengths, cuts)
+    bins, dropped = run(packer, lengths, cuts)
     _check_common(bins, L)
-    assert all(pad == 0 for *_, pad in bins)
-    total = sum(lengths)
-    emitted = sum(sum(lens) for _, _, lens, _ in bins)
-    assert emitted + discarded == total and 0 <= discarded < L
-    # the emitted tokens are exactly the prefix of the token stream, in order
+    assert all(pad == 0 for *_, pad in bins[:-1])   # only the flush tail is padded
+    # the emitted tokens are exactly the token stream, in order, nothing left behind
     stream_tokens = [(r, t) for r, n in enumerate(lengths) for t in range(n)]
     got = [(r, begin + j) for recs, starts, lens, _ in bins
            for r, begin, n in zip(recs, starts, lens) for j in range(n)]
-    assert got == stream_tokens[:emitted]
+    assert got == stream_tokens
+    assert dropped == [i for i, n in enumerate(lengths) if n == 0]
+
+
+@examples(40)
+@given(s=stream, algo=st.sampled_from(["wrap", "best_fit_wrap"]), cap=st.integers(1, 4))
+def test_wrap_algorithms_cap_segments_per_bin(impl, s, algo, cap):
+    L, lengths, cuts = s
+    bins, _ = run(make_packer(algo, L, max_sequences_per_bin=cap), lengths, cuts)
+    _check_common(bins, L)
+    assert all(len(recs) <= cap for recs, *_ in bins)
+    pieces = _pieces(bins)
+    assert {r: sum(n for _, n in p) for r, p in pieces.items()} == \
+        {r: n for r, n in enumerate(lengths) if n}
+
+
+def test_capped_wrap_matches_the_spec_example(impl):
+    # addendum A.7: max_length 8, cap 2, lengths 3,3,10,2,2,2,5 -> [3,3] [8] [2,2] [2,2] [5]
+    bins, _ = run(Packer(8, "wrap", max_sequences_per_bin=2), [3, 3, 10, 2, 2, 2, 5], [])
+    assert [lens for _, _, lens, _ in bins] == [[3, 3], [8], [2, 2], [2, 2], [5]]
+    assert [pad for *_, pad in bins] == [2, 0, 4, 4, 3]
 
 
 @examples(60)
 @given(s=stream, pool=st.integers(1, 6), age=st.integers(1, 12))
 def test_best_fit_wrap_keeps_every_token(impl, s, pool, age):
     L, lengths, cuts = s
-    bins, dropped, discarded = run(
+    bins, dropped = run(
         Packer(L, "best_fit_wrap", candidate_pool_size=pool, max_candidate_age=age),
         lengths, cuts)
     _check_common(bins, L)
-    assert dropped == [i for i, n in enumerate(lengths) if n == 0] and discarded == 0
+    assert dropped == [i for i, n in enumerate(lengths) if n == 0]
     assert all(pad == 0 for *_, pad in bins[:-1])   # only the flush tail is padded
     covered: dict[int, list[tuple[int, int]]] = {}
     for recs, starts, lens, _ in bins:
@@ -132,12 +186,11 @@ def test_state_round_trip_gives_identical_continuation(impl, s, algo, data):
     head = first.push(np.array(lengths[:cut], np.int64), np.arange(cut))
     state = json.loads(json.dumps(first.get_state()))
     resumed = Packer.from_state(json.loads(json.dumps(first.config)), state)
-    tail_bins, tail_dropped, tail_disc = run(resumed, lengths[cut:], [], first_id=cut)
+    tail_bins, tail_dropped = run(resumed, lengths[cut:], [], first_id=cut)
     head_bins = [(b.record_id.tolist(), b.token_start.tolist(), b.token_len.tolist(), b.padding)
                  for b in head]
     assert head_bins + tail_bins == reference[0]
     assert head.dropped.tolist() + tail_dropped == reference[1]
-    assert tail_disc == reference[2]
 
 
 @examples(40)
@@ -223,11 +276,13 @@ def test_min_sequence_length_max_sequences_and_oversized(impl):
     assert p.push([5, 4], [0, 1]).dropped.tolist() == [0]
 
 
-def test_wrap_flush_reports_discarded_records(impl):
+def test_wrap_flush_emits_the_carry_padded(impl):
     p = Packer(4, "wrap")
     p.push([3, 3], [0, 1])
     out = p.flush()
-    assert len(out) == 0 and out.discarded_tokens == 2 and out.dropped.tolist() == [1]
+    assert [(b.record_id.tolist(), b.token_start.tolist(), b.token_len.tolist(), b.padding)
+            for b in out] == [([1], [1], [2], 2)]
+    assert out.dropped.tolist() == []
     assert not p.has_pending() and p.get_state()["bins"] == []
 
 
@@ -235,7 +290,9 @@ def test_wrap_flush_reports_discarded_records(impl):
     ({"algorithm": "first_fit"}, "num_bins"),
     ({"algorithm": "wrap", "num_bins": 2}, "num_bins"),
     ({"algorithm": "zigzag"}, "algorithm"),
-    ({"algorithm": "wrap", "max_sequences_per_bin": 2}, "max_sequences_per_bin"),
+    ({"algorithm": "wrap", "max_sequences_per_bin": 0}, "max_sequences_per_bin"),
+    ({"algorithm": "best_fit", "num_bins": 2, "max_sequences_per_bin": -1},
+     "max_sequences_per_bin"),
     ({"algorithm": "best_fit", "num_bins": 2, "flush_strategy": "lifo"}, "flush_strategy"),
     ({"algorithm": "first_fit", "num_bins": 2, "candidate_pool_size": 4}, "best_fit_wrap"),
     ({"algorithm": "wrap", "min_sequence_length": 0}, "min_sequence_length"),

@@ -15,7 +15,7 @@ BOS, EOS = 1, 2
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 
-def slow_reference(tokens, pad, loss_mask, positions, *, ignore, eos, flatten):
+def slow_reference(tokens, pad, loss_mask, positions, *, ignore, eos, flatten, boundary=True):
     """Spec 6.2 read literally, one row and one position at a time."""
     out = {"input_ids": [], "labels": [], "loss_mask": [], "positions": [], "padding_mask": [],
            "cu_seqlens": [], "max_seqlen": []}
@@ -30,6 +30,8 @@ def slow_reference(tokens, pad, loss_mask, positions, *, ignore, eos, flatten):
             if loss_mask is not None and loss_mask[b][j + 1] == 0:
                 labels[j] = ignore
             if eos is not None and inputs[j] == eos:
+                labels[j] = ignore
+            if boundary and positions[b][j + 1] == 0:   # the next token opens another document
                 labels[j] = ignore
         pos = list(positions[b][:W])
         starts = [j for j in range(W) if pos[j] == 0]
@@ -88,16 +90,17 @@ def packed_batch(draw):
 
 @settings(max_examples=150, deadline=None)
 @given(batch=packed_batch(), use_mask=st.booleans(), eos_mask=st.booleans(),
-       flatten=st.booleans(), ignore=st.sampled_from([-100, -1]))
-def test_matches_slow_reference(batch, use_mask, eos_mask, flatten, ignore):
+       flatten=st.booleans(), ignore=st.sampled_from([-100, -1]), boundary=st.booleans())
+def test_matches_slow_reference(batch, use_mask, eos_mask, flatten, ignore, boundary):
     tokens, positions, pads, masks = batch
     got = to_training_arrays(
         np.array(tokens), padding_length=np.array(pads), positions=np.array(positions),
         loss_mask=np.array(masks) if use_mask else None, return_labels=True, ignore_index=ignore,
         return_loss_mask=True, return_num_valid_tokens=True, return_cu_seqlens=True,
-        return_padding_mask=True, eos_mask_loss=eos_mask, eos_token_id=EOS, flatten=flatten)
+        return_padding_mask=True, eos_mask_loss=eos_mask, eos_token_id=EOS, flatten=flatten,
+        boundary_mask_loss=boundary)
     want = slow_reference(tokens, pads, masks if use_mask else None, positions, ignore=ignore,
-                          eos=EOS if eos_mask else None, flatten=flatten)
+                          eos=EOS if eos_mask else None, flatten=flatten, boundary=boundary)
     for key, value in want.items():
         g = got[key]
         assert (g.tolist() if isinstance(g, np.ndarray) else g) == value, key
@@ -112,12 +115,17 @@ def test_worked_example():
     out = to_training_arrays(np.array([rec]), positions=np.array([pos]), return_labels=True,
                              return_cu_seqlens=True)
     assert out["input_ids"].tolist() == [rec[:-1]]
-    assert out["labels"].tolist() == [rec[1:]]                  # EOS -> BOS kept by default
+    # the label of the last token of a document (EOS predicting the next BOS) is masked by
+    # default, where the next document starts (the reference keeps it)
+    assert out["labels"].tolist() == [[a1, a2, EOS, -100, b1, b2, EOS]]
+    kept = to_training_arrays(np.array([rec]), positions=np.array([pos]), return_labels=True,
+                              boundary_mask_loss=False)
+    assert kept["labels"].tolist() == [rec[1:]]
     assert out["positions"].tolist() == [[0, 1, 2, 3, 0, 1, 2]]
     assert out["cu_seqlens"].tolist() == [[0, 4, 7]] and out["max_seqlen"].tolist() == [4]
     masked = to_training_arrays(np.array([rec]), positions=np.array([pos]), return_labels=True,
                                 eos_mask_loss=True, eos_token_id=EOS, position_mode="sequence",
-                                return_cu_seqlens=True, flatten=True)
+                                return_cu_seqlens=True, flatten=True, boundary_mask_loss=False)
     assert masked["labels"].tolist() == [a1, a2, EOS, -100, b1, b2, EOS]
     assert masked["positions"].tolist() == list(range(7))
     assert masked["cu_seqlens"].tolist() == [0, 4, 7] and masked["max_seqlen"] == 4

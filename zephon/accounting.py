@@ -33,6 +33,7 @@ REASONS = {
     "discarded_tokens": "tokens left over at the end of a stream that could not fill a row",
     "no_answer": "conversations without an answered user query (expand_chat)",
     "unanswered_turns": "kept, with trailing user turns that had no answer cut off (expand_chat)",
+    "off_target": "surplus that strict ensure_mixture (max_buffer_size=None) could not place",
 }
 
 

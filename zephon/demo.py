@@ -12,8 +12,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 from zephon import Pipeline, synthetic
 from zephon.io import Dataset
 from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
@@ -61,8 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         p = build(root, args.docs, args.workers, args.max_length)
         print(f"corpus + tokenizer ready in {time.perf_counter() - t0:.1f}s under {root}")
         print(p.explain())
-        tokens = np.zeros(2, dtype=np.int64)
-        pad = 0
+        pad = content = 0
         n_batches = 0
         t1 = time.perf_counter()
         first = None
@@ -70,11 +67,9 @@ def main(argv: list[str] | None = None) -> int:
             if first is None:
                 first = time.perf_counter() - t1
             out = batch.to_training(return_labels=True, return_cu_seqlens=True, dtype="numpy")
-            comp = batch.block.meta.get("comp_tokens")
-            if comp is not None:
-                tokens[: comp.shape[1]] += comp.sum(axis=0)[:2]
             padl = batch.block.meta.get("padding_length")
             pad += int(padl.sum()) if padl is not None else 0
+            content += int(batch.block.meta["comp_tokens"].sum())
             if n_batches < args.show:
                 docs = batch.block.meta["comp_samples"].sum(axis=1).tolist()
                 print(f"batch {n_batches}: input_ids {tuple(out['input_ids'].shape)} labels "
@@ -82,11 +77,25 @@ def main(argv: list[str] | None = None) -> int:
                       f"{docs} padding {batch.block.meta['padding_length'].tolist()}")
             n_batches += 1
         secs = time.perf_counter() - t1
-        total = int(tokens.sum())
         print(f"\n{n_batches} batches in {secs:.2f}s (first batch after {first or 0:.2f}s)")
-        if total:
-            print(f"realised token mixture: code {tokens[0] / total:.3f}, web {tokens[1] / total:.3f}"
-                  " (target 0.250 / 0.750 of tokens; sample ratios from "
-                  f"{p.work_source.token_ratios and 'measured tokens per byte'})")
-            print(f"throughput: {total / secs:,.0f} tokens/s, padding {pad / (pad + total):.2%}")
+        print(mixture_report(p.metrics_snapshot()))
+        if content:
+            print(f"throughput: {content / secs:,.0f} tokens/s, padding {pad / (pad + content):.2%}")
     return 0
+
+
+def mixture_report(snap: dict) -> str:
+    """Realised token share against the target, per dataset, and what was not delivered."""
+    datasets = snap["datasets"]
+    total = sum(d["target"] or 0.0 for d in datasets.values()) or 1.0
+    lines = ["realised token mixture (target, delivered share, documents, tokens):"]
+    for name, d in datasets.items():
+        target = (d["target"] or 0.0) / total
+        lines.append(f"  {name:<8} target {target:.3f}  realised {d['token_share']:.3f} "
+                     f"({d['token_share'] - target:+.3f})  {d['records']:,} documents  "
+                     f"{d['tokens']:,} tokens")
+    losses = snap["losses"]
+    lines.append(f"not delivered: {losses['records']:,} records, {losses['tokens']:,} tokens"
+                 + ("" if not losses["records"] and not losses["tokens"]
+                    else f" {losses['by_dataset']}"))
+    return "\n".join(lines)

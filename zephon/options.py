@@ -45,6 +45,8 @@ KNOWN_OPTIONS: dict[str, Any] = {
     "mtp_auto_checkpoint": True, "execution_tracking": None, "metrics_sink_config": None,
     "emit_fetch_metrics": None, "emit_prefetch_metrics": None, "progress": None,
     "log_level": None,
+    # the realised-mixture check (zephon/engine/mixture_check.py): observes, never changes data
+    "mixture_tolerance": None, "mixture_window": None,
 }
 
 RUNNERS = ("process", "threads", "inline")
@@ -97,6 +99,8 @@ ENV_OPTIONS: dict[str, tuple[str, Any]] = {
     "log_level": ("ZEPHON_LOG_LEVEL", str),
     "micro_batch_size": ("ZEPHON_MICRO_BATCH", _env_int("micro_batch_size")),
     "progress": ("ZEPHON_PROGRESS", lambda s: s.strip().lower() not in ("", "0", "false", "no")),
+    "mixture_tolerance": ("ZEPHON_MIXTURE_TOLERANCE", float),
+    "mixture_window": ("ZEPHON_MIXTURE_WINDOW", int),
 }
 
 # defaults for settings whose reference default is "None -> computed"

@@ -37,7 +37,10 @@ def batch_to_training(block: Block, *, tokens_field: str = "auto", return_labels
                       return_num_valid_tokens: bool = False, return_loss_mask: bool = False,
                       return_cu_seqlens: bool = False, return_padding_mask: bool = False,
                       eos_mask_loss: bool = False, eos_token_id: int | None = None,
-                      position_mode: str = "preserve") -> dict[str, Any]:
+                      position_mode: str = "preserve",
+                      boundary_mask_loss: bool = True) -> dict[str, Any]:
+    """``boundary_mask_loss`` (with ``return_labels``): mask the label of each position whose
+    next token starts another document of the packed row (default), or keep it (False)."""
     if isinstance(exclude_fields, str):
         raise TypeError("exclude_fields must be a list of names, not a string")
     extra_fields = list(extra_fields)
@@ -60,7 +63,8 @@ def batch_to_training(block: Block, *, tokens_field: str = "auto", return_labels
                              return_num_valid_tokens=return_num_valid_tokens,
                              return_loss_mask=return_loss_mask, return_cu_seqlens=return_cu_seqlens,
                              return_padding_mask=return_padding_mask, eos_mask_loss=eos_mask_loss,
-                             eos_token_id=eos_token_id, position_mode=position_mode)
+                             eos_token_id=eos_token_id, position_mode=position_mode,
+                             boundary_mask_loss=boundary_mask_loss)
     table = block.payload
     names = table.column_names
     if tokens_field == "auto":
@@ -84,6 +88,12 @@ def batch_to_training(block: Block, *, tokens_field: str = "auto", return_labels
         loss_mask = _dense(table, "loss_mask")[0]
     if "positions" in names:
         positions = _dense(table, "positions")[0]
+    elif return_labels and boundary_mask_loss and "comp_tokens" in block.meta:
+        raise ValueError("to_training: these packed rows carry no per-document positions "
+                         "(pack_flat(emit_positions=False), or pack_sequences), so the labels "
+                         "that cross from one document to the next cannot be masked: keep "
+                         "emit_positions=True, or pass boundary_mask_loss=False to train across "
+                         "document boundaries")
     extras = {}
     for name in extra_fields:
         if name in ("loss_mask",) and not return_labels:
@@ -97,7 +107,7 @@ def batch_to_training(block: Block, *, tokens_field: str = "auto", return_labels
         return_num_valid_tokens=return_num_valid_tokens, return_cu_seqlens=return_cu_seqlens,
         return_padding_mask=return_padding_mask, eos_mask_loss=eos_mask_loss,
         eos_token_id=eos_token_id, position_mode=position_mode, flatten=flatten,
-        extra_fields=extras)
+        extra_fields=extras, boundary_mask_loss=boundary_mask_loss)
     out["ids"] = block.ids()
     out["texts"] = (table.column("text").to_pylist() if "text" in names
                     else [""] * len(block))

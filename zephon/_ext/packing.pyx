@@ -82,7 +82,6 @@ cdef class PackCore:
     cdef Py_ssize_t cand_cap, n_cand
     cdef int64_t pool_tokens, arrivals
     cdef Vec o_off, o_rec, o_start, o_len, o_pad, o_drop
-    cdef int64_t discarded
 
     def __cinit__(self, int algorithm, int64_t max_length, int64_t num_bins, int64_t min_len,
                   int64_t max_segs, bint fullest, bint drop_oversized, int64_t pool_size,
@@ -139,14 +138,11 @@ cdef class PackCore:
         self.bins[b].fill += length
         return 0
 
-    cdef int _close(self, int64_t k, bint discard) except -1 nogil:
-        """Emit (or, for wrap's flush, discard) the k-th open bin and free its slot."""
+    cdef int _close(self, int64_t k, bint forget) except -1 nogil:
+        """Emit the k-th open bin (or, when loading a state, forget it) and free its slot."""
         cdef int64_t b = self.order[k], s = self.bins[b].head, nxt
         while s >= 0:
-            if discard:
-                vpush(&self.o_drop, self.segs[s].rec)
-                self.discarded += self.segs[s].length
-            else:
+            if not forget:
                 vpush(&self.o_rec, self.segs[s].rec)
                 vpush(&self.o_start, self.segs[s].start)
                 vpush(&self.o_len, self.segs[s].length)
@@ -154,7 +150,7 @@ cdef class PackCore:
             self.segs[s].next = self.seg_free
             self.seg_free = s
             s = nxt
-        if not discard:
+        if not forget:
             vpush(&self.o_off, self.o_rec.size)
             vpush(&self.o_pad, self.max_length - self.bins[b].fill)
         self.bins[b].fill = -1
@@ -162,6 +158,12 @@ cdef class PackCore:
         for s in range(k, self.n_open):
             self.order[s] = self.order[s + 1]
         return 0
+
+    cdef inline bint _full(self, int64_t k) noexcept nogil:
+        """A wrap / best_fit_wrap bin is done at max_length tokens or max_segs segments."""
+        cdef int64_t b = self.order[k]
+        return self.bins[b].fill == self.max_length or (
+            self.max_segs > 0 and self.bins[b].nseg >= self.max_segs)
 
     cdef int _solo(self, int64_t rec, int64_t start, int64_t length) except -1 nogil:
         """A bin holding one piece of an oversized record, emitted at once."""
@@ -227,7 +229,7 @@ cdef class PackCore:
         else:
             self.cands[pick].start += take
             self.cands[pick].length -= take
-        if self.bins[self.order[0]].fill == self.max_length:
+        if self._full(0):
             self._close(0, False)
         return 0
 
@@ -253,15 +255,18 @@ cdef class PackCore:
                 take = min(length - pos, L - self.bins[self.order[0]].fill)
                 self._add(0, rec, pos, take)
                 pos += take
-                if self.bins[self.order[0]].fill == L:
+                if self._full(0):
                     self._close(0, False)
         elif self.algo == BEST_FIT_WRAP:
             self._candidate(rec, 0, length, self.arrivals)
             self.arrivals += 1
-            while self.n_cand > self.pool_size and self.pool_tokens >= L:
+            # a bin is built once the pool is over size and holds a bin's worth: max_length
+            # tokens, or max_segs records when bins are capped
+            while self.n_cand > self.pool_size and (
+                    self.pool_tokens >= L or (self.max_segs > 0 and self.n_cand >= self.max_segs)):
                 self._fill_step()
         else:
-            while length - pos > L:   # drop_oversized=False: full solo bins, then the tail
+            while length - pos > L:   # oversized and kept: full solo bins, then the tail
                 self._solo(rec, pos, L)
                 pos += L
             self._place(rec, pos, length - pos)
@@ -269,15 +274,14 @@ cdef class PackCore:
 
     cdef _result(self):
         return (_take(&self.o_off), _take(&self.o_rec), _take(&self.o_start),
-                _take(&self.o_len), _take(&self.o_pad), _take(&self.o_drop), self.discarded)
+                _take(&self.o_len), _take(&self.o_pad), _take(&self.o_drop))
 
     cdef _begin(self):
         self.o_off.size = 0
         vpush(&self.o_off, 0)
-        self.discarded = 0
 
     def push(self, const int64_t[::1] lengths, const int64_t[::1] record_ids):
-        """Returns (seg_offsets, record_id, token_start, token_len, padding, dropped, discarded)."""
+        """Returns (seg_offsets, record_id, token_start, token_len, padding, dropped)."""
         cdef Py_ssize_t i, n = lengths.shape[0]
         if record_ids.shape[0] != n:
             raise ValueError("lengths and record_ids must have equal lengths")
@@ -291,13 +295,10 @@ cdef class PackCore:
         return self._result()
 
     def flush(self):
-        """Emit every open bin (wrap: discard the partial carry); leaves the state fresh."""
+        """Emit every open bin, partial ones padded (wrap's carry too); leaves the state fresh."""
         self._begin()
         with nogil:
-            if self.algo == WRAP:
-                if self.n_open:
-                    self._close(0, True)
-            elif self.algo == BEST_FIT_WRAP:
+            if self.algo == BEST_FIT_WRAP:
                 while self.n_cand:
                     self._fill_step()
             while self.n_open:

@@ -30,7 +30,6 @@ class PackCore:
         self.arrivals = 0
         self._out: list[tuple[list[list[int]], int]] = []
         self._dropped: list[int] = []
-        self._discarded = 0
 
     # ---- helpers ------------------------------------------------------------------------------
     @staticmethod
@@ -40,6 +39,10 @@ class PackCore:
     def _emit(self, k: int) -> None:
         b = self.bins.pop(k)
         self._out.append((b, self.max_length - self._fill(b)))
+
+    def _done(self, b: list[list[int]]) -> bool:
+        """A wrap / best_fit_wrap bin is done at max_length tokens or max_segs segments."""
+        return self._fill(b) == self.max_length or bool(self.max_segs and len(b) >= self.max_segs)
 
     def _place(self, rec: int, start: int, length: int) -> None:
         L = self.max_length
@@ -83,7 +86,7 @@ class PackCore:
         else:
             self.pool[pick][1] += take
             self.pool[pick][2] -= take
-        if self._fill(self.bins[0]) == L:
+        if self._done(self.bins[0]):
             self._emit(0)
 
     def _arrive(self, rec: int, length: int) -> None:
@@ -99,12 +102,14 @@ class PackCore:
                 take = min(length - pos, L - self._fill(self.bins[0]))
                 self.bins[0].append([rec, pos, take])
                 pos += take
-                if self._fill(self.bins[0]) == L:
+                if self._done(self.bins[0]):
                     self._emit(0)
         elif self.algo == BEST_FIT_WRAP:
             self.pool.append([rec, 0, length, self.arrivals])
             self.arrivals += 1
-            while len(self.pool) > self.pool_size and sum(c[2] for c in self.pool) >= L:
+            while len(self.pool) > self.pool_size and (
+                    sum(c[2] for c in self.pool) >= L
+                    or (self.max_segs and len(self.pool) >= self.max_segs)):
                 self._fill_step()
         else:
             pos = 0
@@ -120,13 +125,13 @@ class PackCore:
         flat = np.asarray(segs, dtype=np.int64).reshape(-1, 3)
         pad = np.asarray([p for _, p in self._out], dtype=np.int64)
         res = (off, flat[:, 0].copy(), flat[:, 1].copy(), flat[:, 2].copy(), pad,
-               np.asarray(self._dropped, dtype=np.int64), self._discarded)
-        self._out, self._dropped, self._discarded = [], [], 0
+               np.asarray(self._dropped, dtype=np.int64))
+        self._out, self._dropped = [], []
         return res
 
     # ---- API ---------------------------------------------------------------------------------
     def push(self, lengths, record_ids) -> tuple:
-        """Returns (seg_offsets, record_id, token_start, token_len, padding, dropped, discarded)."""
+        """Returns (seg_offsets, record_id, token_start, token_len, padding, dropped)."""
         lengths = np.asarray(lengths, dtype=np.int64)
         record_ids = np.asarray(record_ids, dtype=np.int64)
         if len(record_ids) != len(lengths):
@@ -138,13 +143,8 @@ class PackCore:
         return self._result()
 
     def flush(self) -> tuple:
-        """Emit every open bin (wrap: discard the partial carry); leaves the state fresh."""
-        if self.algo == WRAP:
-            for b in self.bins:
-                self._dropped.extend(s[0] for s in b)
-                self._discarded += self._fill(b)
-            self.bins = []
-        elif self.algo == BEST_FIT_WRAP:
+        """Emit every open bin, partial ones padded (wrap's carry too); leaves the state fresh."""
+        if self.algo == BEST_FIT_WRAP:
             while self.pool:
                 self._fill_step()
         while self.bins:
@@ -167,4 +167,4 @@ class PackCore:
         self.bins = [[[int(x) for x in s] for s in b] for b in state.get("bins", [])]
         self.pool = [[int(x) for x in c] for c in state.get("pool", [])]
         self.arrivals = int(state.get("arrivals", 0))
-        self._out, self._dropped, self._discarded = [], [], 0
+        self._out, self._dropped = [], []

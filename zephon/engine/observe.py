@@ -2,7 +2,8 @@
 
 Operator counters come from every process of the pipeline (see ``metrics``); delivery counts
 (records and tokens per dataset against the target mixture) are taken here, in the training
-process, from the batches actually handed to the caller.
+process, from the batches actually handed to the caller, and feed the realised-mixture check
+(``mixture_check``).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class Observer:
         self.progress = _Progress(self) if progress else None
         self._schema = None  # the last payload schema seen, and its token column (or None)
         self._field: str | None = None
+        self.mixture: Any = None  # a MixtureCheck, set by the session (None: no check)
 
     def delivered(self, unit: Any, wait_ns: int) -> None:
         """Count a unit handed to the caller. It runs once per batch in the training loop, so
@@ -71,16 +73,23 @@ class Observer:
             comp = block.meta.get("comp_samples")
             if comp is not None:
                 k = min(n, comp.shape[1])
-                self.records[:k] += comp[:, :k].sum(axis=0)
+                recs = np.zeros(n, dtype=np.int64)
+                recs[:k] = comp[:, :k].sum(axis=0)
             elif n == 1:
-                self.records[0] += len(block)
+                recs = np.array([len(block)], dtype=np.int64)
             else:
-                self.records += np.bincount(block.meta["dataset_id"], minlength=n)[:n]
+                recs = np.bincount(block.meta["dataset_id"], minlength=n)[:n]
+            self.records += recs
             t = _tokens_per_dataset(block, n, self._token_field(block))
             if t is not None:
                 self.tokens += t
+            if self.mixture is not None:
+                self.mixture.add(recs, t)
         elif hasattr(unit, "meta"):
-            self.records[unit.meta.sample_id[0]] += 1
+            d = unit.meta.sample_id[0]
+            self.records[d] += 1
+            if self.mixture is not None:
+                self.mixture.add(np.bincount([d], minlength=len(self.names)), None)
         if self.progress is not None:
             self.progress.tick()
 

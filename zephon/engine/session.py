@@ -78,13 +78,16 @@ class Session:
                              runner=self.kind)
 
     def _observer(self):
+        from zephon.engine import mixture_check
         from zephon.engine.observe import Observer
 
         ws = self.pipeline.work_source
         names = list(ws.component_ids())
         weights = dict(getattr(getattr(ws, "mixture", None), "weights", {}) or {})
         progress = bool(self.pipeline._options.get("progress"))
-        return Observer(names, weights, progress)
+        obs = Observer(names, weights, progress)
+        obs.mixture = mixture_check.build(self.pipeline, names, obs, self._gather_counters)
+        return obs
 
     def __iter__(self) -> Iterator[Any]:
         from zephon.arrow_memory import use_decode_pool

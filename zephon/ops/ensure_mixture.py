@@ -1,14 +1,18 @@
 """ensure_mixture: per-lane buffers that keep the output on the target mixture (kernel:
-MixtureBalancer). Components are datasets; weights are token counts or 1 per sample."""
+MixtureBalancer). Components are datasets; weights are token counts or 1 per sample.
+
+``warn_tolerance`` is honoured by the realised-mixture check of the training process
+(``zephon.engine.mixture_check``), which judges what is delivered, after every later operator;
+strict mode's end-of-stream drops are counted through ``zephon.accounting``."""
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from zephon import accounting
 from zephon.block import TOKEN_FIELDS, Block, ragged_column
 from zephon.engine.refs import refs_of
 from zephon.ops.base import BaseOp, LaneAccumulator, OpContext, OpTraits
@@ -41,11 +45,16 @@ class EnsureMixtureOp(BaseOp):
         ids = work_source.component_ids()
         total = float(sum(target.values()))
         self.target = {ids[n]: float(w) / total for n, w in target.items()}
+        if warn_tolerance is not None and not 0 <= float(warn_tolerance) <= 1:
+            raise ValueError(f"warn_tolerance must be in [0, 1], got {warn_tolerance!r}")
         self.max_buffer_size = max_buffer_size
         self.drain_target_ratio = drain_target_ratio
         self.obsolete_drain_rate = obsolete_drain_rate
         self.weight_by = weight_by
         self.warn_tolerance = warn_tolerance
+        # what a weight counts: tokens, records, or something of the user's (None)
+        self.unit = ("records" if weight_by == "samples" else "tokens"
+                     if weight_by == "auto" or weight_by in TOKEN_FIELDS else None)
         MixtureBalancer(self.target, max_buffer_size, drain_target_ratio, obsolete_drain_rate)
 
     def traits(self) -> OpTraits:
@@ -94,40 +103,24 @@ class MixtureLane(LaneAccumulator):
         self.balancer = balancer
         self.store = HeldStore()
         self.next_id = 0
-        self.warned = False
 
     def push(self, block: Block) -> list[Block]:
         ids = np.arange(self.next_id, self.next_id + len(block), dtype=np.int64)
         self.next_id += len(block)
         emit = self.balancer.push(components(block), self.op.weights(block), ids)
         self.store.add(block, ids)
-        self._check_drift()
         return [self.store.pop(emit)] if len(emit) else []
 
     def flush(self) -> list[Block]:
         res = self.balancer.flush()
         out = [self.store.pop(res.emitted)] if len(res.emitted) else []
-        if len(res.dropped):
-            warnings.warn(f"ensure_mixture (strict) dropped {len(res.dropped)} records that "
-                          "could not be placed on target at the end of the stream", stacklevel=2)
+        if len(res.dropped):  # strict mode (max_buffer_size=None): the surplus off target
+            gone = self.store.take(res.dropped)
+            accounting.count("ensure_mixture", "off_target", components(gone),
+                             self.op.weights(gone) if self.op.unit == "tokens" else None)
         self.store.set(None, np.empty(0, dtype=np.int64))
         self.next_id = 0
         return out
-
-    def _check_drift(self) -> None:
-        tol = self.op.warn_tolerance
-        if tol is None or self.warned:
-            return
-        shares = self.balancer.realized_shares()
-        if shares.sum() == 0:
-            return
-        for comp, want in self.op.target.items():
-            have = shares[comp] if comp < len(shares) else 0.0
-            if abs(have - want) > tol:
-                warnings.warn(f"ensure_mixture: component {comp} at {have:.3f} vs target "
-                              f"{want:.3f} (tolerance {tol})", stacklevel=3)
-                self.warned = True
-                return
 
     def held(self) -> int:
         return len(self.store)

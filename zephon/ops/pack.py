@@ -4,16 +4,21 @@ Bin assignment runs in the packing kernel (``zephon.tokens.packer.Packer``); a p
 built by one gather over the ragged token column (``build_rows``). Each output row carries a
 hidden ``__recipe`` column (the cursors and token ranges it was assembled from), so a
 checkpoint can name rows that are still waiting in a downstream buffer without storing data.
+
+Nothing is lost without a count: a document longer than ``max_length`` is split into pieces by
+default (``oversized="split"``); ``"truncate"`` and ``"drop"`` count what they remove, and empty
+records (no token to deliver) are counted as ``"empty"``, all through ``zephon.accounting``.
+The wrap carry at the end of the stream is delivered as a last padded row.
 """
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from zephon import accounting
 from zephon.block import TOKEN_FIELDS, Block, add_lineage, list_array, ragged_chunks, ragged_column
 from zephon.engine.refs import RECIPE_COLUMN, refs_of
 from zephon.ops.base import BaseOp, LaneAccumulator, OpContext, OpTraits
@@ -27,7 +32,8 @@ class PackOp(BaseOp):
 
     def __init__(self, max_length: int, *, flat: bool, work_source: Any, num_bins: int | None = None,
                  algorithm: str = "first_fit", tokens_field: str = "auto",
-                 drop_oversized: bool | None = None, min_sequence_length: int = 1,
+                 drop_oversized: bool | None = None, oversized: str | None = None,
+                 min_sequence_length: int = 1,
                  max_sequences_per_bin: int | None = None, shuffle_strategy: str | None = None,
                  shuffle_seed: int | None = None, flush_strategy: str = "fifo",
                  candidate_pool_size: int | None = None, max_candidate_age: int | None = None,
@@ -43,10 +49,12 @@ class PackOp(BaseOp):
             raise ValueError("length_fn is not supported: packing measures the token field")
         self.packer_config = Packer(max_length, algorithm, num_bins, drop_oversized,
                                     min_sequence_length, max_sequences_per_bin, flush_strategy,
-                                    candidate_pool_size, max_candidate_age).config
-        if flat and algorithm != "wrap" and pad_token_id is None:
-            raise ValueError(f"pack_flat(algorithm={algorithm!r}) pads partial rows: "
-                             "pass pad_token_id")
+                                    candidate_pool_size, max_candidate_age, oversized).config
+        self.oversized = self.packer_config["oversized"]
+        if flat and pad_token_id is None and (algorithm != "wrap" or max_sequences_per_bin):
+            raise ValueError(f"pack_flat(algorithm={algorithm!r}"
+                             f"{', max_sequences_per_bin=...' if algorithm == 'wrap' else ''}) "
+                             "pads partial rows: pass pad_token_id")
         if pack_payloads not in ("keep_list", "numpy_array", "torch_tensor") and not callable(pack_payloads):
             raise ValueError("pack_payloads must be 'keep_list', 'numpy_array', "
                              "'torch_tensor' or a callable")
@@ -54,6 +62,8 @@ class PackOp(BaseOp):
         self.max_length = int(max_length)
         self.algorithm = algorithm
         self.tokens_field = tokens_field
+        # uncapped wrap pads only its very last row (the carry at the end of the stream); 0 is
+        # an id every vocabulary embeds, and padding_length masks it by position
         self.pad_token_id = 0 if pad_token_id is None else int(pad_token_id)
         self.emit_positions = emit_positions
         self.pack_payloads = pack_payloads
@@ -105,16 +115,15 @@ class PackOp(BaseOp):
         C = self.n_components
         comp_tokens = np.zeros((len(bins), C), dtype=np.int64)
         np.add.at(comp_tokens, (bin_of, comp), bins.token_len)
+        # documents that start in the row: the pieces of a split document count once per pass
         comp_samples = np.zeros((len(bins), C), dtype=np.int64)
-        np.add.at(comp_samples, (bin_of, comp), 1)
+        np.add.at(comp_samples, (bin_of, comp), (bins.token_start == 0).astype(np.int64))
         meta["comp_tokens"], meta["comp_samples"] = comp_tokens, comp_samples
         if self.flat:
             built = build_rows(bins, offsets, tokens.values, self.pad_token_id, self.max_length,
                                rows=rows)
             meta["padding_length"] = built.padding_length.astype(np.int64)
             width = self.max_length
-            if self.algorithm == "wrap":  # wrap only emits full rows: no padding anywhere
-                meta["padding_length"][:] = 0
             flat_off = np.arange(len(bins) + 1, dtype=np.int64) * width
             cols = {field: list_array(flat_off, built.tokens.ravel())}
             if self.emit_positions:
@@ -161,20 +170,28 @@ class PackOp(BaseOp):
         return pa.ListArray.from_arrays(pa.array(bins.seg_offsets.astype(np.int32)), seg)
 
     def _sequences(self, bins, src, rows, field) -> pa.Table | list:
-        """{"packed_samples": [...]}: whole payloads (first/best fit) or token slices (wrap)."""
+        """{"packed_samples": [...]}: whole payloads (first/best fit) or token slices (wrap).
+        A piece of a split or truncated document under first/best fit is its payload with the
+        token field, and every field as long as it, cut to the piece."""
         whole = self.algorithm in ("first_fit", "best_fit")
         payloads = src.payload_list() if whole else None
-        offsets, values = (None, None) if whole else ragged_column(src.payload, field)
+        offsets, values = ragged_column(src.payload, field)
         packed = []
         for b in range(len(bins)):
             segs = []
             for k in range(int(bins.seg_offsets[b]), int(bins.seg_offsets[b + 1])):
                 r = int(rows[k])
-                if whole:
+                a, n = int(bins.token_start[k]), int(bins.token_len[k])
+                if whole and a == 0 and n == offsets[r + 1] - offsets[r]:
                     segs.append(payloads[r])
+                elif whole:
+                    size = int(offsets[r + 1] - offsets[r])
+                    segs.append({key: (v[a:a + n] if hasattr(v, "__len__") and not
+                                       isinstance(v, (str, bytes)) and len(v) == size else v)
+                                 for key, v in payloads[r].items()})
                 else:
-                    a = int(offsets[r] + bins.token_start[k])
-                    segs.append({field: values[a:a + int(bins.token_len[k])].tolist()})
+                    a += int(offsets[r])
+                    segs.append({field: values[a:a + n].tolist()})
             packed.append(self._merge(segs))
         if self.pack_payloads == "keep_list":
             try:
@@ -247,9 +264,7 @@ class PackLane(LaneAccumulator):
         self.packers: dict[int, Packer] = {}
         self.store = HeldStore()
         self.next_id = 0
-        self.length: dict[int, int] = {}
         self.consumed = np.empty(0, dtype=np.int64)
-        self.discarded = 0
 
     def _packer(self, group: int) -> Packer:
         if group not in self.packers:
@@ -259,6 +274,7 @@ class PackLane(LaneAccumulator):
     def push(self, block: Block) -> list[Block]:
         field = self.op.field(block)
         lengths = np.diff(ragged_chunks(block.payload, field).offsets)
+        self._count_losses(block.meta["dataset_id"], lengths)
         ids = np.arange(self.next_id, self.next_id + len(block), dtype=np.int64)
         self.next_id += len(block)
         self.store.add(block, ids)
@@ -271,24 +287,36 @@ class PackLane(LaneAccumulator):
             out.extend(self._emit(bins))
         return out
 
+    def _count_losses(self, dataset_ids: np.ndarray, lengths: np.ndarray) -> None:
+        """Say what this block loses: empty records, and oversized ones under truncate/drop."""
+        name, L = self.op.name, self.op.max_length
+        empty = lengths == 0
+        if empty.any():
+            accounting.count(name, "empty", dataset_ids[empty], np.zeros(int(empty.sum())))
+        over = lengths > L
+        if over.any() and self.op.oversized == "drop":
+            accounting.count(name, "oversized", dataset_ids[over], lengths[over])
+        elif over.any() and self.op.oversized == "truncate":
+            accounting.count(name, "truncated", dataset_ids[over], lengths[over] - L)
+
     def _emit(self, bins: PackedBins) -> list[Block]:
         out = []
         if len(bins):
             rows = self.store.rows_of(bins.record_id)
             out.append(self.op.make_rows(bins, self.store.block(), rows))
             np.add.at(self.consumed, rows, bins.token_len)
-        if bins.discarded_tokens:
-            self.discarded += bins.discarded_tokens
         self._release(bins.dropped)
         return out
 
     def _release(self, dropped: np.ndarray) -> None:
-        """Forget records whose every token has been emitted (or that were dropped)."""
+        """Forget records whose every kept token has been emitted (or that were dropped)."""
         blk = self.store.block()
         if blk is None:
             return
-        offsets = ragged_chunks(blk.payload, self.op.field(blk)).offsets
-        done = self.consumed >= np.diff(offsets)
+        need = np.diff(ragged_chunks(blk.payload, self.op.field(blk)).offsets)
+        if self.op.oversized == "truncate":
+            need = np.minimum(need, self.op.max_length)
+        done = self.consumed >= need
         if len(dropped):
             done[self.store.rows_of(np.asarray(dropped, dtype=np.int64))] = True
         if done.any():
@@ -299,15 +327,10 @@ class PackLane(LaneAccumulator):
         out = []
         for g in sorted(self.packers):
             out.extend(self._emit(self.packers[g].flush()))
-        if self.discarded:
-            warnings.warn(f"{self.op.name}(algorithm='wrap') discarded {self.discarded} leftover "
-                          "tokens that did not fill a whole row at the end of the stream",
-                          stacklevel=2)
         self.packers.clear()
         self.store.set(None, np.empty(0, dtype=np.int64))
         self.consumed = np.empty(0, dtype=np.int64)
         self.next_id = 0
-        self.discarded = 0
         return out
 
     def held(self) -> int:
@@ -316,8 +339,7 @@ class PackLane(LaneAccumulator):
     def get_state(self) -> dict:
         return {"packers": {str(g): p.get_state() for g, p in sorted(self.packers.items())},
                 "held": refs_of(self.store.block()), "held_ids": self.store.ids.copy(),
-                "consumed": self.consumed.copy(), "next_id": self.next_id,
-                "discarded": self.discarded}
+                "consumed": self.consumed.copy(), "next_id": self.next_id}
 
     def set_state(self, state: dict, held: Block | None) -> None:
         self.packers = {int(g): Packer.from_state(self.op.packer_config, st)
@@ -325,4 +347,3 @@ class PackLane(LaneAccumulator):
         self.store.set(held, np.asarray(state["held_ids"], dtype=np.int64))
         self.consumed = np.asarray(state["consumed"], dtype=np.int64)
         self.next_id = int(state["next_id"])
-        self.discarded = int(state["discarded"])

@@ -5,21 +5,30 @@ segment arrays ``(record_id, token_start, token_len)``; ``build_rows`` then turn
 dense [R, max_length] token matrix with one gather. The per-record loop runs in the
 ``packing`` kernel. Rules (spec 5.10, with the choices the spec leaves open):
 
+- Records longer than ``max_length`` follow ``oversized`` (every algorithm): ``"split"``
+  (default) keeps every token — first_fit / best_fit cut such a record into full solo bins of
+  ``max_length`` tokens (emitted at once, so they are packed perfectly) and place the tail like
+  any record; wrap / best_fit_wrap split records anyway. ``"truncate"`` keeps the first
+  ``max_length`` tokens, ``"drop"`` drops the record (its id is listed in ``dropped``). The
+  caller counts what it loses (``PackLane`` does, through ``zephon.accounting``). The old
+  ``drop_oversized=True / False`` means ``"drop"`` / ``"split"``.
 - ``first_fit`` / ``best_fit`` keep up to ``num_bins`` open bins in opening order; a record
   goes to the first bin with room, or to the one left with the least room (oldest on ties).
   A bin is emitted when its room drops below ``min_sequence_length``, when it reaches
   ``max_sequences_per_bin``, or as the victim when a new bin is needed and all are open
-  (``flush_strategy``: "fifo" = oldest, "fullest" = most tokens, oldest on ties). Records longer
-  than ``max_length`` are dropped by default; with ``drop_oversized=False`` they are cut into
-  full solo bins of ``max_length`` tokens (emitted at once) and the tail is placed normally.
-- ``wrap`` cuts the FIFO token stream into full bins; at ``flush`` the partial carry is
-  discarded: ``discarded_tokens`` counts it and its record ids are listed in ``dropped``.
+  (``flush_strategy``: "fifo" = oldest, "fullest" = most tokens, oldest on ties).
+- ``wrap`` cuts the FIFO token stream into bins of ``max_length`` tokens, or of
+  ``max_sequences_per_bin`` segments when capped (a fragment counts as one; such a bin is
+  short, padded). At ``flush`` the partial carry is emitted as a last, padded bin (the
+  reference drops it; we never lose tokens by default).
 - ``best_fit_wrap`` keeps a candidate pool (``candidate_pool_size`` records, default 1024,
-  allowed to grow while it holds fewer than ``max_length`` tokens) feeding one open bin. While
-  the pool is over size it places the longest candidate that fits (oldest on ties); when none
-  fits it splits the oldest candidate to complete the bin (the only cut in that bin); a
-  candidate older than ``max_candidate_age`` arrivals (default 8 x pool) goes first. Every
-  token is kept; only the last bin at ``flush`` is padded. ``num_bins`` does not apply.
+  allowed to grow while it holds fewer than ``max_length`` tokens, or fewer than
+  ``max_sequences_per_bin`` records when capped) feeding one open bin. While the pool is over
+  size it places the longest candidate that fits (oldest on ties); when none fits it splits
+  the oldest candidate to complete the bin (the only cut in that bin); a candidate older than
+  ``max_candidate_age`` arrivals (default 8 x pool) goes first. A bin is done at
+  ``max_length`` tokens or ``max_sequences_per_bin`` segments. Every token is kept; only the
+  last bins at ``flush`` (and capped bins) are padded. ``num_bins`` does not apply.
 - Empty records are dropped (they hold no token) in every algorithm.
 - There is no periodic flush: ``flush`` is for the end of the stream (or an explicit reset),
   emits every open bin in opening order and returns the packer to its fresh state.
@@ -37,7 +46,21 @@ from zephon._ext import kernel
 from zephon.block import RaggedChunks
 
 ALGORITHMS = ("first_fit", "best_fit", "wrap", "best_fit_wrap")
+OVERSIZED = ("split", "truncate", "drop")
 STATE_VERSION = 1
+
+
+def resolve_oversized(oversized: str | None, drop_oversized: bool | None) -> str:
+    """The oversized policy from ``oversized=`` and the older ``drop_oversized=`` keyword."""
+    legacy = None if drop_oversized is None else ("drop" if drop_oversized else "split")
+    if oversized is None:
+        return legacy or "split"
+    if oversized not in OVERSIZED:
+        raise ValueError(f"oversized must be one of {OVERSIZED}, got {oversized!r}")
+    if legacy is not None and legacy != oversized:
+        raise ValueError(f"drop_oversized={drop_oversized} contradicts oversized={oversized!r}: "
+                         "pass only oversized=")
+    return oversized
 
 
 @dataclass(frozen=True)
@@ -54,8 +77,8 @@ class Bin:
 class PackedBins:
     """Completed bins, columnar: bin i owns segments ``seg_offsets[i]:seg_offsets[i+1]``.
 
-    ``dropped`` lists record ids whose tokens will never be emitted (oversized or empty
-    records; for wrap's flush, records whose tail was discarded, ``discarded_tokens`` in all).
+    ``dropped`` lists record ids whose tokens will never be emitted (empty records, and
+    oversized ones under ``oversized="drop"``).
     """
 
     seg_offsets: np.ndarray
@@ -64,7 +87,6 @@ class PackedBins:
     token_len: np.ndarray
     padding: np.ndarray
     dropped: np.ndarray
-    discarded_tokens: int = 0
 
     def __len__(self) -> int:
         return len(self.padding)
@@ -89,8 +111,7 @@ class PackedBins:
 
     @classmethod
     def _from_kernel(cls, res: tuple) -> PackedBins:
-        off, rec, start, length, pad, dropped, discarded = res
-        return cls(off, rec, start, length, pad, dropped, int(discarded))
+        return cls(*res)
 
 
 class Packer:
@@ -100,7 +121,7 @@ class Packer:
                  drop_oversized: bool | None = None, min_sequence_length: int = 1,
                  max_sequences_per_bin: int | None = None, flush_strategy: str = "fifo",
                  candidate_pool_size: int | None = None,
-                 max_candidate_age: int | None = None) -> None:
+                 max_candidate_age: int | None = None, oversized: str | None = None) -> None:
         algorithm = str(getattr(algorithm, "value", algorithm))
         if algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
@@ -113,9 +134,10 @@ class Packer:
             raise ValueError("num_bins is not allowed with algorithm='wrap'")
         if not 1 <= min_sequence_length <= max_length:
             raise ValueError("min_sequence_length must be in [1, max_length]")
-        if max_sequences_per_bin is not None and (not whole or max_sequences_per_bin < 1):
-            raise ValueError("max_sequences_per_bin must be >= 1 and only applies to "
-                             "first_fit / best_fit")
+        if max_sequences_per_bin is not None and (
+                not isinstance(max_sequences_per_bin, (int, np.integer)) or max_sequences_per_bin < 1):
+            raise ValueError(f"max_sequences_per_bin must be an integer >= 1 (or None), "
+                             f"got {max_sequences_per_bin!r}")
         if flush_strategy not in ("fifo", "fullest"):
             raise ValueError(f"flush_strategy must be 'fifo' or 'fullest', got {flush_strategy!r}")
         if algorithm != "best_fit_wrap" and (candidate_pool_size is not None
@@ -130,22 +152,23 @@ class Packer:
         self.max_length = int(max_length)
         self.algorithm = algorithm
         self.num_bins = None if num_bins is None else int(num_bins)
-        self.drop_oversized = whole if drop_oversized is None else bool(drop_oversized)
+        self.oversized = resolve_oversized(oversized, drop_oversized)
         self.min_sequence_length = int(min_sequence_length)
-        self.max_sequences_per_bin = max_sequences_per_bin
+        self.max_sequences_per_bin = (None if max_sequences_per_bin is None
+                                      else int(max_sequences_per_bin))
         self.flush_strategy = flush_strategy
         self.candidate_pool_size = pool if algorithm == "best_fit_wrap" else None
         self.max_candidate_age = age if algorithm == "best_fit_wrap" else None
         self._core = kernel("packing").PackCore(
             ALGORITHMS.index(algorithm), self.max_length, self.num_bins if whole else 1,
             self.min_sequence_length, int(max_sequences_per_bin or 0),
-            flush_strategy == "fullest", self.drop_oversized, pool, age)
+            flush_strategy == "fullest", self.oversized == "drop", pool, age)
 
     @property
     def config(self) -> dict[str, Any]:
         """Constructor arguments, normalised (feed to ``Packer(**config)`` or ``from_state``)."""
         return {"max_length": self.max_length, "algorithm": self.algorithm,
-                "num_bins": self.num_bins, "drop_oversized": self.drop_oversized,
+                "num_bins": self.num_bins, "oversized": self.oversized,
                 "min_sequence_length": self.min_sequence_length,
                 "max_sequences_per_bin": self.max_sequences_per_bin,
                 "flush_strategy": self.flush_strategy,
@@ -153,8 +176,12 @@ class Packer:
                 "max_candidate_age": self.max_candidate_age}
 
     def push(self, lengths, record_ids) -> PackedBins:
-        """Feed records (token counts, caller ids); returns the bins this push completed."""
+        """Feed records (token counts, caller ids); returns the bins this push completed.
+        Under ``oversized="truncate"`` a record longer than ``max_length`` is packed as its
+        first ``max_length`` tokens."""
         lengths = np.ascontiguousarray(lengths, dtype=np.int64).reshape(-1)
+        if self.oversized == "truncate":
+            lengths = np.minimum(lengths, self.max_length)
         record_ids = np.ascontiguousarray(record_ids, dtype=np.int64).reshape(-1)
         return PackedBins._from_kernel(self._core.push(lengths, record_ids))
 

@@ -50,6 +50,13 @@ def _aligned(name: str, value: Any, shape: tuple[int, int]) -> np.ndarray:
     return arr
 
 
+def boundary_labels(positions: np.ndarray, shift: int) -> np.ndarray:
+    """Label-aligned mask of the labels whose next token starts another document of the row:
+    label j predicts token j + 1, which opens a document (or the pad tail) where its position
+    is 0. The same resets give ``cu_seqlens``, so the two always agree."""
+    return positions[:, shift:] == 0
+
+
 def _check_conflicts(return_labels: bool, flags: Mapping[str, bool], eos_mask_loss: bool,
                      eos_token_id: int | None, position_mode: str,
                      extra: Mapping[str, Any]) -> None:
@@ -95,8 +102,14 @@ def to_training_arrays(tokens: Any, *, padding_length: Any = None, loss_mask: An
                        return_cu_seqlens: bool = False, return_padding_mask: bool = False,
                        eos_mask_loss: bool = False, eos_token_id: int | None = None,
                        position_mode: str = "preserve", flatten: bool = False,
-                       extra_fields: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                       extra_fields: Mapping[str, Any] | None = None,
+                       boundary_mask_loss: bool = True) -> dict[str, Any]:
     """Numpy training arrays from [B, S] token rows (see spec 6.2 and the module docstring).
+
+    With labels, ``boundary_mask_loss=True`` (default) also sets to ``ignore_index`` every
+    label whose next token belongs to another document of the packed row (the last token of a
+    document predicting the first of the next), read from the per-document ``positions``;
+    ``False`` keeps those labels. Rows without positions hold one document each.
 
     Output keys: ``input_ids`` (int64), ``labels`` (int64, with labels), ``loss_mask``
     (float32: label-aligned with ``return_loss_mask``; the payload mask unshifted without
@@ -138,6 +151,8 @@ def to_training_arrays(tokens: Any, *, padding_length: Any = None, loss_mask: An
             masked |= mask_in[:, shift:] == 0
         if eos_mask_loss:
             masked |= out["input_ids"] == int(eos_token_id)
+        if boundary_mask_loss and pos is not None:
+            masked |= boundary_labels(pos, shift)
         labels[masked] = ignore_index
         out["labels"] = labels
         valid = labels != ignore_index

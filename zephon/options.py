@@ -42,6 +42,8 @@ KNOWN_OPTIONS: dict[str, Any] = {
     "mtp_auto_checkpoint": True, "execution_tracking": None, "metrics_sink_config": None,
     "emit_fetch_metrics": None, "emit_prefetch_metrics": None, "progress": None,
     "log_level": None,
+    # our additions
+    "memory_budget": None,
 }
 
 RUNNERS = ("process", "threads", "inline")
@@ -54,10 +56,15 @@ def _runner(text: str) -> str:
     return value
 
 
+def _workers(text: str) -> int | str:
+    value = text.strip().lower()
+    return "auto" if value == "auto" else int(value)
+
+
 # option -> (environment variable, parser)
 ENV_OPTIONS: dict[str, tuple[str, Any]] = {
     "runner": ("ZEPHON_RUNNER", _runner),
-    "num_workers": ("ZEPHON_NUM_WORKERS", int),
+    "num_workers": ("ZEPHON_NUM_WORKERS", _workers),
     "prefetch_batches": ("ZEPHON_PREFETCH_BATCHES", int),
     "start_method": ("ZEPHON_START_METHOD", str),
     "shm_slot_bytes": ("ZEPHON_SHM_SLOT_BYTES", lambda s: _parse_size(s)),
@@ -65,21 +72,13 @@ ENV_OPTIONS: dict[str, tuple[str, Any]] = {
     "log_level": ("ZEPHON_LOG_LEVEL", str),
     "micro_batch_size": ("ZEPHON_MICRO_BATCH", int),
     "progress": ("ZEPHON_PROGRESS", lambda s: s.strip().lower() not in ("", "0", "false", "no")),
+    "memory_budget": ("ZEPHON_MEMORY_BUDGET", lambda s: _parse_size(s)),
 }
 
-# defaults for settings whose reference default is "None -> computed"
-def _default_workers() -> int:
-    try:
-        import psutil
-
-        n = psutil.cpu_count(logical=False)
-    except Exception:  # psutil missing or unable to tell
-        n = None
-    return int(n or os.cpu_count() or 1)
-
-
+# defaults for settings whose reference default is "None -> computed"; num_workers "auto":
+# the runner and worker count are measured in the first seconds (zephon/engine/autotune.py)
 COMPUTED_DEFAULTS: dict[str, Any] = {
-    "num_workers": _default_workers,
+    "num_workers": lambda: "auto",
     "prefetch_batches": lambda: 8,
     "start_method": lambda: "forkserver",
     "shm_slot_bytes": lambda: 8 << 20,

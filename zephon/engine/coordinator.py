@@ -469,6 +469,7 @@ def coordinator_main(conn, lane_plan_blob: bytes, ops_blob: bytes, cfg: EngineCo
             use_decode_pool()  # before the workers fork from us: they inherit it
             coord = Coordinator(conn, spawning.user_blob_loads(lane_plan_blob, "pipeline"),
                                 cfg, ops_blob)
+            metrics.mark("coordinator_ready")
         finally:  # the watcher is a thread: only once the first workers are forked
             cleanup.watch(cfg.parent, leave)
         coord.run()

@@ -57,16 +57,17 @@ def test_a_budget_sizes_slots_and_keeps_the_stream(corpus_dir, tokenizer_path):
     mix = "split+shuffle+mixture+best_fit"
     inline = [_sig(x) for _, x in zip(range(60), _make(corpus_dir, tokenizer_path, mix))]
     p = _make(corpus_dir, tokenizer_path, mix)
-    p.options(num_workers=2, memory_budget="250mb")
+    p.options(num_workers=2, memory_budget="210mb")
     got = [_sig(x) for _, x in zip(range(60), p)]
     mem = p.metrics_snapshot()["memory"]
     p.close()
     assert got == inline
-    assert mem["budget_bytes"] == 250 << 20
-    assert mem["sized"]["shm_slot_bytes"] < 8 << 20  # the default would not have fitted
-    assert mem["planned_bytes"] <= 250 << 20
+    assert mem["budget_bytes"] == 210 << 20
+    # the defaults would not have fitted: fewer slots, then smaller ones
+    assert mem["sized"]["shm_slots"] == 2 and mem["sized"]["shm_slot_bytes"] < 4 << 20
+    assert mem["planned_bytes"] <= 210 << 20
     assert set(mem["parts"]) == {"processes", "buffers", "shm", "row_group_cache"}
-    assert abs(sum(mem["share"].values()) - mem["planned_bytes"] / (250 << 20)) < 1e-9
+    assert abs(sum(mem["share"].values()) - mem["planned_bytes"] / (210 << 20)) < 1e-9
     assert mem["pss_bytes"] > 0
 
 
@@ -80,7 +81,8 @@ def test_explicit_settings_win_over_the_budget():
 
     plan = plan_memory(opts, [Fetch()], [], "process", 2, 1024, 256 << 20, False)
     assert "shm_slot_bytes" not in plan.sized
-    assert plan.parts["shm"] == (2 * 4 + 8) * (4 << 20)
+    # the workers' slots as set, output slots of at most 2 MiB
+    assert plan.parts["shm"] == 2 * 4 * (4 << 20) + 8 * (2 << 20)
     with pytest.raises(ValueError, match="cannot hold"):
         opts.update(memory_budget="200mb")
         plan_memory(opts, [Fetch()], [], "process", 2, 1024, 256 << 20, False)

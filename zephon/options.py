@@ -81,7 +81,7 @@ COMPUTED_DEFAULTS: dict[str, Any] = {
     "num_workers": lambda: "auto",
     "prefetch_batches": lambda: 8,
     "start_method": lambda: "forkserver",
-    "shm_slot_bytes": lambda: 8 << 20,
+    "shm_slot_bytes": lambda: 4 << 20,  # a 1024-record block of 2 KB texts is ~2 MiB
     "shm_slots": lambda: 4,
     "log_level": lambda: "WARNING",
     "micro_batch_size": lambda: 1024,

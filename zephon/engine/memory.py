@@ -6,8 +6,8 @@ the options and the data; the measured total is the tree's PSS, shared pages cou
 - ``processes``: the coordinator and worker interpreters (Python, numpy, Arrow, the operators'
   resources such as a tokenizer), ``PROCESS_BYTES`` each; the training process is the
   caller's and is not counted;
-- ``shm``: the shared-memory slots, ``(workers x shm_slots + prefetch_batches) x
-  shm_slot_bytes``;
+- ``shm``: the shared-memory slots, ``workers x shm_slots x shm_slot_bytes`` for the workers'
+  results plus ``prefetch_batches`` output slots (at most 2 MiB each to start);
 - ``row_group_cache``: decoded Parquet row groups kept by each process that decodes (every
   worker; the training process inline);
 - ``buffers``: records held by stateful operators (shuffle, mixture, packing bins), from
@@ -15,7 +15,8 @@ the options and the data; the measured total is the tree's PSS, shared pages cou
 
 With a budget, the parts the user did not set are sized to fit it: the fixed ones
 (processes, buffers) first, then what is left is shared between the slots and the row-group
-cache, each never above its default and never below what one micro-batch needs. A budget
+cache (fewer slots first, then smaller ones), each never above its default and never below
+what one micro-batch needs. A budget
 that cannot hold even that is refused, with every part's figure.
 """
 
@@ -23,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from zephon.engine.coordinator import OUTPUT_SLOT_BYTES
 
 PROCESS_BYTES = 64 << 20  # one coordinator or worker interpreter (measured 40-60 MB PSS)
 MIN_RG_CACHE = 16 << 20   # a few row groups of 2 KB records
@@ -95,34 +98,38 @@ def plan_memory(options, worker_ops, serial_ops, kind: str, workers: int, micro:
     parquet = any(getattr(ds, "fmt", None) == "parquet" for ds in datasets)
     procs = (workers + 1) if kind == "process" else 0
     decoders = workers if kind == "process" else 1
-    slots = workers * int(options.get("shm_slots")) + int(options.get("prefetch_batches")) \
-        if kind == "process" else 0
+    per_worker = int(options.get("shm_slots"))
+    prefetch = int(options.get("prefetch_batches"))
     fixed = {"processes": procs * PROCESS_BYTES, "buffers": int(held * per_rec + tokens * 4)}
     slot_bytes = int(options.get("shm_slot_bytes"))
     rg_each = rg_cache_bytes if parquet else 0
     sized: dict[str, Any] = {}
     notes: list[str] = []
+
+    def shm_total() -> int:
+        if kind != "process":
+            return 0
+        return workers * per_worker * slot_bytes + prefetch * min(slot_bytes, OUTPUT_SLOT_BYTES)
+
     if budget is not None:
         # a slot holds one micro-batch's records (the worker's result) with room to spare
         min_slot = max(MIN_SLOT, int(micro * per_rec * 1.5))
         free = budget - sum(fixed.values())
         can_size = {n for n in SIZED if options.resolve(n)[1] == "default"}
         shm_share = free * (0.5 if parquet and not rg_cache_fixed else 1.0)
-        if slots and "shm_slot_bytes" in can_size:
-            slot_bytes = max(min_slot, min(slot_bytes, int(shm_share // slots)))
-            sized["shm_slot_bytes"] = slot_bytes
-        if slots and slots * slot_bytes > shm_share:  # fewer slots before refusing
-            few = {"shm_slots": 2, "prefetch_batches": 2}
-            for name, v in few.items():
-                if name in can_size:
-                    sized[name] = v
-            slots = workers * sized.get("shm_slots", int(options.get("shm_slots"))) + \
-                sized.get("prefetch_batches", int(options.get("prefetch_batches")))
+        if kind == "process" and shm_total() > shm_share:  # fewer slots, then smaller ones
+            if "shm_slots" in can_size:
+                per_worker = sized["shm_slots"] = 2
+            if "prefetch_batches" in can_size:
+                prefetch = sized["prefetch_batches"] = 4
+            if "shm_slot_bytes" in can_size and shm_total() > shm_share:
+                per_slot = shm_share / (workers * per_worker + prefetch)
+                slot_bytes = sized["shm_slot_bytes"] = max(min_slot, int(per_slot))
         if parquet and not rg_cache_fixed:
-            left = free - slots * slot_bytes
+            left = free - shm_total()
             rg_each = max(MIN_RG_CACHE, min(rg_cache_bytes, int(left // max(1, decoders))))
             sized["rg_cache_bytes"] = rg_each
-    parts = {**fixed, "shm": slots * slot_bytes, "row_group_cache": decoders * rg_each}
+    parts = {**fixed, "shm": shm_total(), "row_group_cache": decoders * rg_each}
     if budget is not None and sum(parts.values()) > budget:
         listed = ", ".join(f"{k} {_mb(v)}" for k, v in parts.items())
         raise ValueError(

@@ -59,7 +59,7 @@ def test_decisions_from_the_measured_window():
     t.first()
     new = _run_window(t, consumer_share=0.1, busy_us=40.0)  # heavy stateless stage
     assert new == Choice("process", 2, new.why) and "heavier than" in new.why
-    assert t.settled and "switched to process x2" in t.describe()
+    assert not t.settled and "switched to process x2" in t.describe()  # measured in turn
 
     t = AutoTuner([_Op("fetch"), _Op("tokenize")], None, cores=2)
     t.first()
@@ -75,6 +75,31 @@ def test_decisions_from_the_measured_window():
     t.first()
     assert _run_window(t, consumer_share=0.3, busy_us=3.0) is None
     assert "kept inline" in t.describe()
+
+
+def test_a_switch_that_delivers_less_is_undone():
+    t = AutoTuner([_Op("fetch"), _Op("tokenize")], None, cores=2)
+    t.first()
+    new = _run_window(t, consumer_share=0.2, busy_us=2.0)  # 10k records in 1.1 s
+    assert new.runner == "inline"
+    wall = t.window_s + 0.1
+    t.observe(10.0, 0, 50, lambda: (_registry(2.0, 10_000), 10_000))  # the new engine's first
+    back = t.observe(10.0 + wall, 0, 90, lambda: (_registry(2.0, 12_000), 12_000))
+    assert back is not None and back.runner == "process" and back.workers == 2
+    assert t.settled and "switched back to process x2" in t.describe()
+
+    t = AutoTuner([_Op("fetch"), _Op("tokenize")], None, cores=2)
+    t.first()
+    _run_window(t, consumer_share=0.2, busy_us=2.0)
+    t.observe(10.0, 0, 50, lambda: (_registry(2.0, 10_000), 10_000))
+    assert t.observe(10.0 + wall, 0, 90, lambda: (_registry(2.0, 30_000), 30_000)) is None
+    assert t.settled and "kept inline" in t.describe()
+
+
+def test_a_light_stage_needs_twice_the_time_per_record_to_leave_inline():
+    t = AutoTuner([_Op("fetch")], None, cores=2)
+    t.first()
+    assert _run_window(t, consumer_share=0.3, busy_us=15.0) is None  # heavy_us(2) is 10
 
 
 def test_the_window_waits_for_time_and_units():

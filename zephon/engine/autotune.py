@@ -12,12 +12,17 @@ So the tuner starts with a guess from the plan (fetch/decode only: inline; anyth
 processes on every core), then measures a window of the real stream after the first batch:
 the stateless stage's busy time per record (the operators' own counters, from whichever
 process ran them), and how much of the wall time the consumer (the caller's loop, between two
-batches) kept to itself. It then settles, switching at most once:
+batches) kept to itself. It then decides:
 
-- inline, stateless stage heavier than ``heavy_us()`` per record -> processes;
+- inline, stateless stage heavier than ``heavy_us()`` per record (twice that when it only
+  reads and decodes) -> processes;
 - processes, stateless stage lighter than half of that -> inline;
 - processes on every core while the consumer is busy more than half the time -> one worker
   fewer, so the training process keeps its core.
+
+A switch is then measured in turn, and undone when the new engine delivers less than 90% of
+the records per second the old one did (a stage's wall time per record, which the decision
+rests on, inflates on a machine shared with other jobs); after that the tuner is settled.
 
 A switch never changes the data: it happens between two batches the caller has received, and
 the next engine starts from the lanes' states at exactly that point, as ``restore()`` from a
@@ -32,6 +37,7 @@ from dataclasses import dataclass
 
 WINDOW_S = 1.0  # wall time measured after the first batch before deciding
 MIN_UNITS = 4
+REVERT_BELOW = 0.9  # a switch that delivers less than this share of the rate before is undone
 LIGHT_OPS = ("fetch", "decode_text")  # GIL-free Arrow/kernel decoding
 
 
@@ -97,6 +103,7 @@ class AutoTuner:
         self.current: Choice | None = None
         self.settled = False
         self._start: tuple | None = None  # (t, consumer_ns, records, busy_ns, records_in)
+        self._before: tuple[Choice, float] | None = None  # (engine, rate) before a switch
 
     def first(self) -> Choice:
         n = self.cores
@@ -130,8 +137,10 @@ class AutoTuner:
         wall = now - t0
         if wall < self.window_s or units - u0 < MIN_UNITS:
             return None
-        self.settled = True
         registry, records = counters()
+        if self._before is not None:
+            return self._verify((records - r0) / wall, wall)
+        self.settled = True
         busy, rin = self._worker_stage(registry)
         per_rec_us = (busy - b0) / 1e3 / max(1, rin - i0)
         consumer = (consumer_ns - c0) / 1e9 / wall
@@ -141,6 +150,8 @@ class AutoTuner:
         facts = (f"over {wall:.1f}s: {rate:,.0f} records/s, stateless stage "
                  f"{per_rec_us:.1f} us/record, consumer busy {consumer:.0%}")
         new = None
+        if self.light:  # Arrow decoding: processes rarely pay on few cores (see the docstring)
+            limit *= 2
         if cur.runner == "inline" and self.fixed_runner is None and per_rec_us > limit:
             new = Choice("process", default_workers(self.cores) if consumer > 0.5 else
                          self.cores, f"{facts}: the stateless stage is heavier than "
@@ -157,8 +168,25 @@ class AutoTuner:
             self.history.append(f"kept {cur.label()} ({facts})")
             return None
         self.history.append(f"switched to {new.label()}: {new.why}")
-        self.current = new
+        self.current, self._before = new, (cur, rate)
+        self.settled, self._start = False, None  # measure the new engine too
         return new
+
+    def _verify(self, rate: float, wall: float) -> Choice | None:
+        """After a switch: keep the new engine unless it delivers less than the one before
+        (the estimates a switch rests on are only estimates: on a machine shared with other
+        jobs a stage's time per record inflates), in which case go back to it. Settled."""
+        self.settled = True
+        before, before_rate = self._before
+        if rate >= REVERT_BELOW * before_rate:
+            self.history.append(f"kept {self.current.label()} ({rate:,.0f} records/s over "
+                                f"{wall:.1f}s against {before_rate:,.0f} before)")
+            return None
+        back = Choice(before.runner, before.workers, f"{self.current.label()} delivered "
+                      f"{rate:,.0f} records/s over {wall:.1f}s against {before_rate:,.0f}")
+        self.history.append(f"switched back to {back.label()}: {back.why}")
+        self.current = back
+        return back
 
     def _worker_stage(self, registry) -> tuple[int, int]:
         """(busy ns of the stateless stage's operators, records into its first one)."""

@@ -162,8 +162,8 @@ class Session:
                     consumer_ns += metrics.now() - t1
                     choice = tuner.observe(time.monotonic(), consumer_ns, obs.units,
                                            self._counters)
-                    if choice is not None:
-                        it = self._switch(choice)
+                    if choice is not None and self._switch(choice):
+                        it = iter(self.engine)
             self._gather_counters()
             summary = obs.ledger.summary()
             if summary is not None:  # the end of the stream: what was not delivered whole
@@ -178,15 +178,16 @@ class Session:
         self._gather_counters()
         return self.observer.registry, int(self.observer.records.sum())
 
-    def _switch(self, choice) -> Iterator[Any]:
+    def _switch(self, choice) -> bool:
         """Hand the stream over to the engine ``choice`` names, between two delivered units:
         the new engine resumes every lane from its state after the last unit delivered, as a
-        restore from a checkpoint taken here would, so the stream goes on unchanged."""
+        restore from a checkpoint taken here would, so the stream goes on unchanged. False:
+        the memory budget holds the current engine only, which stays."""
         try:
             self.memory = self._plan_memory(choice.runner, choice.workers)
-        except ValueError as e:  # the memory budget holds the current engine only
+        except ValueError as e:
             self.tuner.history.append(f"stayed: {choice.label()} would not fit ({e})")
-            return iter(self.engine)
+            return False
         self._gather_counters()  # the old engine's counts, before it goes
         states = self.lane_states()
         self.engine.close()
@@ -194,7 +195,7 @@ class Session:
         self.kind, self.workers = choice.runner, choice.workers
         log.info("zephon: switching to %s: %s", choice.label(), choice.why)
         self.engine = self._make_engine()
-        return iter(self.engine)
+        return True
 
     def _first_unit(self) -> None:
         """Freeze the start-up breakdown: where the time to the first unit went."""

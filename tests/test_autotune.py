@@ -23,6 +23,16 @@ class _Op:
         self.op_name = name
 
 
+def _tuner(ops, fixed=None, cores=2, cpu_share=1.0):
+    """A tuner whose thread got ``cpu_share`` of a core in every window."""
+    ticks = iter(range(10**6))
+    return AutoTuner([_Op(o) for o in ops], fixed, cores=cores,
+                     cpu_clock=lambda: int(next(ticks) * (WINDOW + 0.1) * cpu_share * 1e9))
+
+
+WINDOW = autotune.WINDOW_S
+
+
 def _run_window(tuner, consumer_share, busy_us):
     """Feed the tuner a first unit, then a window with these measurements."""
     tuner.observe(0.0, 0, 1, lambda: (_registry(0.0, 0), 0))
@@ -55,7 +65,7 @@ def test_first_guess_from_the_plan():
 
 
 def test_decisions_from_the_measured_window():
-    t = AutoTuner([_Op("fetch")], None, cores=2)
+    t = _tuner(["fetch"])
     t.first()
     new = _run_window(t, consumer_share=0.1, busy_us=40.0)  # heavy stateless stage
     assert new == Choice("process", 2, new.why) and "heavier than" in new.why
@@ -71,10 +81,15 @@ def test_decisions_from_the_measured_window():
     new = _run_window(t, consumer_share=0.8, busy_us=40.0)  # the consumer needs its core
     assert new == Choice("process", 1, new.why) and "consumer" in new.why
 
-    t = AutoTuner([_Op("fetch")], None, cores=2)
+    t = _tuner(["fetch"])
     t.first()
     assert _run_window(t, consumer_share=0.3, busy_us=3.0) is None
     assert "kept inline" in t.describe()
+
+    # 40 us of wall time per record, but the thread had a quarter of a core: 10 us of CPU
+    t = _tuner(["fetch"], cpu_share=0.25)
+    t.first()
+    assert _run_window(t, consumer_share=0.1, busy_us=40.0) is None
 
 
 def test_a_switch_that_delivers_less_is_undone():
@@ -97,7 +112,7 @@ def test_a_switch_that_delivers_less_is_undone():
 
 
 def test_a_light_stage_needs_twice_the_time_per_record_to_leave_inline():
-    t = AutoTuner([_Op("fetch")], None, cores=2)
+    t = _tuner(["fetch"])
     t.first()
     assert _run_window(t, consumer_share=0.3, busy_us=15.0) is None  # heavy_us(2) is 10
 

@@ -11,7 +11,8 @@ Parquet ran 2-3x slower with 2 worker processes than inline.
 So the tuner starts with a guess from the plan (fetch/decode only: inline; anything else:
 processes on every core), then measures a window of the real stream after the first batch:
 the stateless stage's busy time per record (the operators' own counters, from whichever
-process ran them), and how much of the wall time the consumer (the caller's loop, between two
+process ran them; inline, scaled by the share of a core the training thread got, so that
+other jobs on the machine do not make a stage look heavier than its CPU), and how much of the wall time the consumer (the caller's loop, between two
 batches) kept to itself. It then decides:
 
 - inline, stateless stage heavier than ``heavy_us()`` per record (twice that when it only
@@ -33,6 +34,7 @@ operators' counters count the few blocks redone). What was chosen and why is in 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 
 WINDOW_S = 1.0  # wall time measured after the first batch before deciding
@@ -88,7 +90,7 @@ class AutoTuner:
     after every delivered unit until it returns a switch (or settles)."""
 
     def __init__(self, worker_ops: list, fixed_runner: str | None, cores: int | None = None,
-                 window_s: float = WINDOW_S) -> None:
+                 window_s: float = WINDOW_S, cpu_clock=time.thread_time_ns) -> None:
         import multiprocessing
 
         self.cores = usable_cores() if cores is None else cores
@@ -99,6 +101,7 @@ class AutoTuner:
         self.first_op = worker_ops[0].op_name if worker_ops else None
         self.light = all(op.op_name in LIGHT_OPS for op in worker_ops)
         self.window_s = window_s
+        self.cpu_clock = cpu_clock  # this thread's CPU time, ns
         self.history: list[str] = []
         self.current: Choice | None = None
         self.settled = False
@@ -131,9 +134,10 @@ class AutoTuner:
             return None
         if self._start is None:  # the first unit: start-up is not a rate
             registry, records = counters()
-            self._start = (now, consumer_ns, units, records, *self._worker_stage(registry))
+            self._start = (now, consumer_ns, units, records, *self._worker_stage(registry),
+                           self.cpu_clock())
             return None
-        t0, c0, u0, r0, b0, i0 = self._start
+        t0, c0, u0, r0, b0, i0, cpu0 = self._start
         wall = now - t0
         if wall < self.window_s or units - u0 < MIN_UNITS:
             return None
@@ -143,12 +147,17 @@ class AutoTuner:
         self.settled = True
         busy, rin = self._worker_stage(registry)
         per_rec_us = (busy - b0) / 1e3 / max(1, rin - i0)
+        if self.current.runner == "inline":
+            # the stage ran on this thread: on a machine shared with other jobs its wall time
+            # overstates its CPU by the share of a core the thread got
+            share = min(1.0, (self.cpu_clock() - cpu0) / 1e9 / wall)
+            per_rec_us *= share
         consumer = (consumer_ns - c0) / 1e9 / wall
         rate = (records - r0) / wall
         cur = self.current
         limit = heavy_us(self.cores)
         facts = (f"over {wall:.1f}s: {rate:,.0f} records/s, stateless stage "
-                 f"{per_rec_us:.1f} us/record, consumer busy {consumer:.0%}")
+                 f"{per_rec_us:.1f} us of CPU/record, consumer busy {consumer:.0%}")
         new = None
         if self.light:  # Arrow decoding: processes rarely pay on few cores (see the docstring)
             limit *= 2

@@ -55,7 +55,7 @@ def test_records_roundtrip_through_block():
     back = block_from_records(recs)
     assert back.ids() == b.ids() and back.payload_list() == b.payload_list()
     batch = SampleBatch(recs)
-    assert len(batch) == 3 and batch.ids == b.ids() and batch.lane_ids == [0, 0, 0]
+    assert len(batch) == 3 and batch.ids == tuple(b.ids()) and batch.lane_ids == [0, 0, 0]
 
 
 def test_returning_bare_dicts_is_refused_with_a_hint():

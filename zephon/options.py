@@ -47,6 +47,8 @@ KNOWN_OPTIONS: dict[str, Any] = {
     "log_level": None,
     # the realised-mixture check (zephon/engine/mixture_check.py): observes, never changes data
     "mixture_tolerance": None, "mixture_window": None,
+    # sizes slots, buffers and caches to fit (zephon/engine/memory.py)
+    "memory_budget": None,
 }
 
 RUNNERS = ("process", "threads", "inline")
@@ -71,6 +73,7 @@ INT_OPTIONS: dict[str, int | None] = {
 
 # Options that are byte sizes: an int or a string like "1mb", in options() and the environment.
 SIZE_OPTIONS = frozenset({
+    "memory_budget",
     "shm_slot_bytes", "ipc_buffer_bytes", "shm_min_item_bytes", "shm_min_new_allocation_bytes",
     "shm_min_forward_bytes", "shm_compact_min_savings_bytes", "shm_max_coalesced_bytes",
     "shm_min_size", "mtp_buffer_bytes",
@@ -88,10 +91,15 @@ def _env_size(text: str) -> int:
     return value
 
 
+def _workers(text: str) -> int | str:
+    """``ZEPHON_NUM_WORKERS``: a count, or ``auto`` (zephon/engine/autotune.py)."""
+    return "auto" if text.strip().lower() == "auto" else parse_env_int(text, "value", 0)
+
+
 # option -> (environment variable, parser)
 ENV_OPTIONS: dict[str, tuple[str, Any]] = {
     "runner": ("ZEPHON_RUNNER", _runner),
-    "num_workers": ("ZEPHON_NUM_WORKERS", _env_int("num_workers")),
+    "num_workers": ("ZEPHON_NUM_WORKERS", _workers),
     "prefetch_batches": ("ZEPHON_PREFETCH_BATCHES", _env_int("prefetch_batches")),
     "start_method": ("ZEPHON_START_METHOD", str),
     "shm_slot_bytes": ("ZEPHON_SHM_SLOT_BYTES", _env_size),
@@ -101,24 +109,16 @@ ENV_OPTIONS: dict[str, tuple[str, Any]] = {
     "progress": ("ZEPHON_PROGRESS", lambda s: s.strip().lower() not in ("", "0", "false", "no")),
     "mixture_tolerance": ("ZEPHON_MIXTURE_TOLERANCE", float),
     "mixture_window": ("ZEPHON_MIXTURE_WINDOW", int),
+    "memory_budget": ("ZEPHON_MEMORY_BUDGET", _env_size),
 }
 
-# defaults for settings whose reference default is "None -> computed"
-def _default_workers() -> int:
-    try:
-        import psutil
-
-        n = psutil.cpu_count(logical=False)
-    except Exception:  # psutil missing or unable to tell
-        n = None
-    return int(n or os.cpu_count() or 1)
-
-
+# defaults for settings whose reference default is "None -> computed"; num_workers "auto":
+# the runner and worker count are measured in the first seconds (zephon/engine/autotune.py)
 COMPUTED_DEFAULTS: dict[str, Any] = {
-    "num_workers": _default_workers,
+    "num_workers": lambda: "auto",
     "prefetch_batches": lambda: 8,
     "start_method": lambda: "forkserver",
-    "shm_slot_bytes": lambda: 8 << 20,
+    "shm_slot_bytes": lambda: 4 << 20,  # a 1024-record block of 2 KB texts is ~2 MiB
     "shm_slots": lambda: 4,
     "log_level": lambda: "WARNING",
     "micro_batch_size": lambda: 1024,
@@ -150,6 +150,8 @@ class RuntimeOptions:
             self.explicit[name] = value
 
     def _checked(self, name: str, value: Any) -> Any:
+        if name == "num_workers" and isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
         if name in INT_OPTIONS:
             return check_int(value, f"options({name}=...)", INT_OPTIONS[name])
         if name in SIZE_OPTIONS:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
 import numpy as np
+import pyarrow as pa
 
 from zephon.block import Block
 
@@ -114,33 +115,91 @@ class SampleRecord:
         return f"SampleRecord(id={self.meta.sample_id}, lane={self.meta.lane_id}, payload={self.payload!r:.80})"
 
 
-def records_from_block(block: Block) -> list[SampleRecord]:
-    """Per-record views of a block (user-facing only)."""
-    m = block.meta
-    payloads = block.payload_list()
-    lineages = block.lineage_tuples()
-    cols = [m[k].tolist() for k in ("dataset_id", "shard_id", "sample_idx", "lane_id",
-                                     "chunk_id", "chunk_offset")]
-    pad = m.get("padding_length")
-    pad_list = pad.tolist() if pad is not None else None
-    comp_s = m.get("comp_samples")
-    comp_t = m.get("comp_tokens")
-    out = []
-    for i, (d, s, x, lane, c, off) in enumerate(zip(*cols)):
+_META_KEYS = ("sample_id", "lane_id", "chunk_id", "chunk_offset", "component_sample_counts",
+              "component_token_counts", "lineage", "tags")
+
+
+class _BlockMeta:
+    """The metadata of a block's records, kept apart from the block (no shared-memory view is
+    pinned by records a user keeps) and turned into ``SampleMeta`` one record at a time, only
+    for the records whose ``meta`` is read: most loops read only the payload."""
+
+    __slots__ = ("cols", "lineages", "pads", "comp_s", "comp_t")
+
+    def __init__(self, block: Block) -> None:
+        m = block.meta
+        self.cols = [m[k].tolist() for k in ("dataset_id", "shard_id", "sample_idx", "lane_id",
+                                              "chunk_id", "chunk_offset")]
+        self.lineages = block.lineage_tuples()
+        pad = m.get("padding_length")
+        self.pads = pad.tolist() if pad is not None else None
+        comp_s, comp_t = m.get("comp_samples"), m.get("comp_tokens")
+        self.comp_s = np.array(comp_s) if comp_s is not None else None
+        self.comp_t = np.array(comp_t) if comp_t is not None else None
+
+    def at(self, i: int) -> SampleMeta:
+        d, s, x, lane, c, off = (col[i] for col in self.cols)
         tags: dict[str, Any] = {}
-        if pad_list is not None and pad_list[i] >= 0:
-            tags["_packing_metadata"] = {"padding_length": pad_list[i]}
-        cs = _counts(comp_s, i) if comp_s is not None else {d: 1}
-        ct = _counts(comp_t, i) if comp_t is not None else None
-        meta = SampleMeta((d, s, x), lane, c, off, cs, ct, lineages[i], tags)
-        out.append(SampleRecord(meta, payloads[i]))
-    return out
+        if self.pads is not None and self.pads[i] >= 0:
+            tags["_packing_metadata"] = {"padding_length": self.pads[i]}
+        meta = object.__new__(SampleMeta)  # the frozen dataclass's __init__ costs 4x this
+        vars(meta).update(zip(_META_KEYS, (
+            (d, s, x), lane, c, off,
+            _counts(self.comp_s, i) if self.comp_s is not None else {d: 1},
+            _counts(self.comp_t, i) if self.comp_t is not None else None,
+            self.lineages[i], tags)))
+        return meta
+
+
+class _BlockRecord(SampleRecord):
+    """A ``SampleRecord`` of a block whose ``meta`` is built when first read. It behaves as a
+    plain ``SampleRecord`` (equality, ``dataclasses.replace``, pickling as one)."""
+
+    def __init__(self, meta: SampleMeta, payload: Any) -> None:  # what replace() calls
+        self.__dict__["_src"] = None
+        self.meta = meta
+        self.payload = payload
+
+    @classmethod
+    def _of(cls, src: _BlockMeta, i: int, payload: Any) -> _BlockRecord:
+        r = object.__new__(cls)
+        r.__dict__.update(_src=src, _i=i, _meta=None, payload=payload)
+        return r
+
+    @property  # type: ignore[override]
+    def meta(self) -> SampleMeta:
+        m = self.__dict__["_meta"]
+        if m is None:
+            m = self.__dict__["_meta"] = self.__dict__["_src"].at(self.__dict__["_i"])
+        return m
+
+    @meta.setter
+    def meta(self, value: SampleMeta) -> None:
+        self.__dict__["_meta"] = value
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SampleRecord):
+            return NotImplemented
+        return (self.meta, self.payload) == (other.meta, other.payload)
+
+    __hash__ = None  # type: ignore[assignment]  # as SampleRecord's (a mutable dataclass)
+
+    def __reduce__(self):
+        return (SampleRecord, (self.meta, self.payload))
+
+
+def records_from_block(block: Block) -> list[SampleRecord]:
+    """Per-record views of a block (user-facing only). Payloads are built at once (Python
+    objects that outlive the block); each record's meta when it is first read."""
+    src = _BlockMeta(block)
+    make = _BlockRecord._of
+    return [make(src, i, p) for i, p in enumerate(block.payload_list())]
 
 
 def _counts(mat: np.ndarray, i: int) -> dict[int, int]:
     row = mat[i]
     nz = np.flatnonzero(row)
-    return {int(k): int(row[k]) for k in nz}
+    return dict(zip(nz.tolist(), row[nz].tolist()))
 
 
 def block_from_records(records: list[SampleRecord], *, is_batch: bool = False) -> Block:
@@ -200,8 +259,8 @@ class SampleBatch:
         return self._records
 
     @property
-    def ids(self) -> list[SampleId]:
-        return self._block.ids()
+    def ids(self) -> tuple[SampleId, ...]:
+        return tuple(self._block.ids())
 
     @property
     def lane_ids(self) -> list[int]:
@@ -227,6 +286,24 @@ class SampleBatch:
     def __repr__(self) -> str:
         lanes = sorted(set(self.lane_ids))
         return f"SampleBatch(len={len(self)}, lanes={lanes})"
+
+    def column(self, name: str) -> Any:
+        """One payload (or identity) column, without a Python object per record: a numpy view
+        for fixed-width numbers, a ``RaggedColumn`` (numpy offsets + values) for token ids, a
+        ``pyarrow.Array`` for strings and the rest (see ``zephon.columns``). The fast way to
+        read a batch."""
+        from zephon.columns import column
+
+        return column(self._block, name)
+
+    def to_arrow(self) -> pa.Table:
+        """The batch as one Arrow table: identity columns (``dataset_id``, ``shard_id``,
+        ``sample_idx``, ``lane_id``, ``chunk_id``, ``chunk_offset``, plus ``lineage`` /
+        ``padding_length`` where records have them), then the payload columns; views over the
+        batch's memory, no copy of the payload."""
+        from zephon.columns import to_arrow
+
+        return to_arrow(self._block)
 
     def to_training(self, **kwargs: Any) -> dict[str, Any]:
         """Training tensors from the columnar batch (see ``zephon.training``)."""

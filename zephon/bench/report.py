@@ -75,6 +75,8 @@ def _note(e: dict, ours: dict | None) -> str:
                      f" cold start {e['cold_first_batch_s']:.2f} s")
         if "restore_exact" in e:
             parts.append("restored stream exact" if e["restore_exact"] else "RESTORED STREAM DIFFERS")
+    if e.get("pss_peak_bytes"):
+        parts.append(f"PSS {e['pss_peak_bytes'] / 2**20:.0f} MiB (process tree, peak)")
     if e.get("note"):
         parts.append(e["note"])
     if not e.get("error") and _target(e, ours):

@@ -127,6 +127,8 @@ def summarise(workload: str, fmt: str, workers: int, system: str, runs: list[dic
         e["first_batch_s"] = e["restore_first_batch_s"]
         if any("restore_exact" in r for r in ok):
             e["restore_exact"] = all(r.get("restore_exact") for r in ok)
+    if workload == "W2" and system != "limit":
+        e["pss_peak_bytes"] = med("pss_peak_bytes")
     if workload in ("W2", "W4") and system != "limit":
         fr = [workloads.padding_fraction(r) for r in ok]
         fr = [f for f in fr if f is not None]

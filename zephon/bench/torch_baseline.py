@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from zephon.bench.corpus import Corpus
+from zephon.bench.memory import PssSampler
 from zephon.bench.meter import Meter
 from zephon.bench.params import BenchParams
 
@@ -147,6 +148,7 @@ def run_torch(corpus: Corpus, workload: str, fmt: str, workers: int, params: Ben
     src_fmt = "tokenized" if workload == "W4" else fmt
     files = corpus.files(src_fmt)
     ds = _dataset(workload, files, fmt, corpus.tokenizer_path, params.shuffle_buffer)
+    pss = PssSampler() if workload == "W2" else None  # the tree: this process and its workers
     if workload == "W1":
         meter = Meter("records", params.seconds)
         loader = tud.DataLoader(ds, batch_size=32, num_workers=workers, collate_fn=list)
@@ -157,8 +159,11 @@ def run_torch(corpus: Corpus, workload: str, fmt: str, workers: int, params: Ben
         meter = Meter("tokens", params.seconds_for(workload))
         loader = tud.DataLoader(ds, batch_size=None, num_workers=workers)
         for b in loader:
+            if pss is not None:
+                pss.maybe()
             pad = int(b["padding"].sum())
             if meter.add(len(b["input_ids"]), b["input_ids"].numel() - pad, pad):
                 break
+    out = meter.result(**(pss.result() if pss is not None else {}))  # workers still alive
     del loader  # shuts the workers down before the next system runs
-    return meter.result()
+    return out

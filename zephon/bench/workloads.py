@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from zephon.bench.corpus import Corpus
+from zephon.bench.memory import PssSampler
 from zephon.bench.meter import Meter
 from zephon.bench.params import BenchParams
 
@@ -94,16 +95,19 @@ def run_ours(corpus: Corpus, workload: str, fmt: str, workers: int, params: Benc
         return build(corpus, workload, fmt, workers, params, **build_kw)
 
     clear_caches()
+    pss = PssSampler() if workload == "W2" else None
     p = make()
     it = iter(p)
     try:
         for b in it:
+            if pss is not None:
+                pss.maybe()
             if meter.add(*batch_counts(b)):
                 break
     except BaseException:
         p.close()
         raise
-    out = meter.result()
+    out = meter.result(**(pss.result() if pss is not None else {}))
     if checkpoint:
         from zephon.bench.checkpoints import checkpoint_now
 

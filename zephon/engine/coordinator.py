@@ -51,6 +51,10 @@ log = logging.getLogger("zephon.engine")
 
 _PENDING = object()  # a part whose result has not arrived
 FRAME_UNITS = 64  # units per output frame at most: bounds what one held batch pins
+# Output slots start at most this large: a frame too big for one is split (and a single unit
+# grows its slot), whereas 8 slots of a worker's 8 MiB were 64 MiB of mapped memory, half of
+# W2's shared memory, for frames of batches that rarely pass 2 MiB.
+OUTPUT_SLOT_BYTES = 2 << 20
 
 
 @dataclass(frozen=True)
@@ -252,7 +256,8 @@ class OutputRing:
 
     def __init__(self, conn, cfg: EngineConfig, wait) -> None:
         self.conn = conn
-        self.pool = shm.SlotPool(cfg.prefix, "o", cfg.prefetch, cfg.slot_bytes)
+        self.pool = shm.SlotPool(cfg.prefix, "o", cfg.prefetch,
+                                 min(cfg.slot_bytes, OUTPUT_SLOT_BYTES))
         self.free = list(range(cfg.prefetch))
         self.wait = wait
         self.pending: list[tuple[int, object, object]] = []
@@ -469,6 +474,7 @@ def coordinator_main(conn, lane_plan_blob: bytes, ops_blob: bytes, cfg: EngineCo
             use_decode_pool()  # before the workers fork from us: they inherit it
             coord = Coordinator(conn, spawning.user_blob_loads(lane_plan_blob, "pipeline"),
                                 cfg, ops_blob)
+            metrics.mark("coordinator_ready")
         finally:  # the watcher is a thread: only once the first workers are forked
             cleanup.watch(cfg.parent, leave)
         coord.run()

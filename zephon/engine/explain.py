@@ -20,12 +20,27 @@ def explain(pipeline) -> str:
     kind, workers = engine_kind(pipeline)
     topo = resolve_topology(opts)
     lines = []
+    auto = None
+    if kind == "auto":
+        live = pipeline._runtime
+        if live is not None and live.tuner is not None:  # what the measurements settled on
+            kind, workers, auto = live.kind, live.workers, live.tuner.describe()
+        else:
+            from zephon.engine.autotune import AutoTuner
+
+            fixed = "process" if opts.resolve("runner")[0] == "process" else None
+            first = AutoTuner(plan.worker_ops, fixed).first()
+            kind, workers = first.runner, first.workers
+            auto = (f"starts {first.label()} ({first.why}); measures the first "
+                    "seconds of the stream and may settle on another runner or worker count")
     w_names = [f"{o.op_name}@p{_parallelism(o)}" for o in plan.worker_ops]
     s_names = [o.op_name for o in plan.serial_ops]
     where = "worker processes" if kind == "process" else ("worker threads" if kind == "threads"
                                                           else "calling process")
     lines.append(f"Stage[0] place=local break='start' runner={kind} workers={workers} "
                  f"runs_in={where} ops={w_names}")
+    if auto is not None:
+        lines.append(f"  num_workers='auto': {auto}")
     if kind == "process":
         from zephon.engine.ownership import Ownership
 
@@ -43,7 +58,7 @@ def explain(pipeline) -> str:
                  f"dp_group_id={topo.dp_group_id} owned={list(topo.owned_lanes)} "
                  f"mapping={topo.mapping_strategy}")
     for name in ("runner", "num_workers", "start_method", "micro_batch_size", "prefetch_batches",
-                 "shm_slot_bytes", "shm_slots", "deterministic", "log_level"):
+                 "shm_slot_bytes", "shm_slots", "deterministic", "log_level", "memory_budget"):
         value, source = opts.resolve(name)
         lines.append(f"  {name}={value!r} ({source})")
     from zephon._ext import status

@@ -50,6 +50,17 @@ _FIELDS = tuple(OpStats.__dataclass_fields__)
 class Registry:
     ops: dict[str, OpStats] = field(default_factory=dict)
     wait_ns: int = 0  # serial stage waiting for worker-stage results
+    # start-up events: name -> [first, last] ``time.monotonic()`` (one clock for every process
+    # of the machine), e.g. "worker_ready" of each worker: when the first and the last was ready
+    marks: dict[str, list[float]] = field(default_factory=dict)
+
+    def mark(self, name: str, at: float | None = None) -> None:
+        t = time.monotonic() if at is None else at
+        m = self.marks.get(name)
+        if m is None:
+            self.marks[name] = [t, t]
+        else:
+            m[0], m[1] = min(m[0], t), max(m[1], t)
 
     def record(self, name: str, block_in: Block | None, block_out: Block | None,
                dt_ns: int) -> None:
@@ -73,6 +84,9 @@ class Registry:
         timing = fetch_timing.LOCAL.take_delta()
         if timing:
             out["fetch_timing"] = timing
+        if self.marks:
+            out["marks"] = self.marks
+            self.marks = {}
         self.ops = {}
         self.wait_ns = 0
         return out
@@ -81,6 +95,9 @@ class Registry:
         for k, v in delta.get("ops", {}).items():
             self.ops.setdefault(k, OpStats()).add_counts(v)
         self.wait_ns += int(delta.get("wait_ns", 0))
+        for name, (first, last) in delta.get("marks", {}).items():
+            self.mark(name, first)
+            self.mark(name, last)
         accounting.LOCAL.merge(delta.get("losses", ()))  # passed on with this process's delta
         fetch_timing.LOCAL.merge(delta.get("fetch_timing"))
 
@@ -90,3 +107,8 @@ LOCAL = Registry()
 
 def now() -> int:
     return time.perf_counter_ns()
+
+
+def mark(name: str) -> None:
+    """Note a start-up event of this process (shipped with its counters)."""
+    LOCAL.mark(name)

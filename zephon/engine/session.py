@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,12 +16,21 @@ from zephon.engine.topology import resolve_topology
 log = logging.getLogger("zephon")
 
 def engine_kind(pipeline) -> tuple[str, int]:
-    """("inline" | "process" | "threads", workers) chosen from options and environment."""
+    """("inline" | "process" | "threads" | "auto", workers) chosen from options and
+    environment; "auto" (``num_workers="auto"``, the default) is settled by ``AutoTuner``."""
     opts = pipeline._options
     runner, _ = opts.resolve("runner")
     workers, _ = opts.resolve("num_workers")
     if runner == "inline":
         return "inline", 0
+    if isinstance(workers, str):
+        if workers.strip().lower() != "auto":
+            raise ValueError(f"num_workers must be an integer or 'auto', got {workers!r}")
+        if runner == "threads":
+            from zephon.engine.autotune import usable_cores
+
+            return "threads", usable_cores()
+        return "auto", 0
     if runner is None:
         runner = "process" if workers > 0 else "inline"
     if runner == "process" and workers <= 0:
@@ -34,8 +45,8 @@ class Session:
         self.pipeline = pipeline
         opts = pipeline._options
         pending = pipeline._pending_restore
-        # where each token-aware dataset's figure came from, and how long it took
-        self.priming = prime(pipeline, pending.get("token_ratios") if pending else None)
+        # start-up, in time.monotonic(): the clock the coordinator's and workers' marks use
+        self.times: dict[str, float] = {"start": time.monotonic()}
         self.topology = resolve_topology(opts)
         store = opts.get("aggregate_store")
         if store and self.topology.world_size > 1:  # unreachable: say so now, not at a checkpoint
@@ -48,6 +59,25 @@ class Session:
         fetch_batch = pipeline._fetch_kw.get("max_batch")
         self.micro = int(fetch_batch or opts.get("micro_batch_size"))
         self.kind, self.workers = engine_kind(pipeline)
+        self.tuner = None
+        if self.kind == "auto":
+            from zephon.engine.autotune import AutoTuner
+
+            fixed = "process" if opts.resolve("runner")[0] == "process" else None
+            self.tuner = AutoTuner(self.plan.worker_ops, fixed)
+            choice = self.tuner.first()
+            self.kind, self.workers = choice.runner, choice.workers
+        self.options = opts
+        self.memory = self._plan_memory(self.kind, self.workers)  # refuses what cannot fit
+        if self.kind == "process":  # the fork server imports while this process primes
+            from zephon.engine.startup import warm_forkserver
+
+            warm_forkserver(opts.get("start_method"))
+        self.times["primed_from"] = time.monotonic()
+        # where each token-aware dataset's figure came from, and how long it took
+        self.priming = prime(pipeline, pending.get("token_ratios") if pending else None)
+        self.times["primed"] = time.monotonic()
+        self.startup: dict[str, float] | None = None
         self.active = False
         self.engine = None
         self.final_states: dict[int, dict | None] | None = None
@@ -67,6 +97,30 @@ class Session:
         return LanePlan(self.plan, source, topo.owned_lanes,
                         topo.canonical_replicas, self.micro, restore or None, extra)
 
+    def _plan_memory(self, kind: str, workers: int):
+        """Size slots and caches to ``memory_budget`` (when set) for this engine; the fetch
+        operator's datasets carry the row-group cache size to the processes that decode."""
+        from zephon.engine.memory import SizedOptions, plan_memory
+        from zephon.io.options import StoreOptions, resolve_store
+
+        base = self.pipeline._options
+        io = base.explicit.get("io_options")
+        store = StoreOptions.coerce(io)
+        rg_fixed = ("limit_bytes" in store.parquet_rg_cache._given
+                    or "rg_cache_bytes" in store.cache._given or store.parquet_rg_cache.enabled
+                    is False or bool(os.environ.get("ZEPHON_RG_CACHE_BYTES", "").strip()))
+        plan = plan_memory(base, self.plan.worker_ops, self.plan.serial_ops, kind, workers,
+                           self.micro, resolve_store(io).rg_cache_bytes, rg_fixed)
+        self.options = SizedOptions(base, plan.sized) if plan.sized else base
+        rg = plan.sized.get("rg_cache_bytes")
+        fetch = self.plan.worker_ops[0] if self.plan.worker_ops else None
+        if rg is not None and hasattr(fetch, "datasets"):
+            limit = {"parquet_rg_cache": {"limit_bytes": int(rg)}}
+            fetch.datasets = [ds.with_store_options(StoreOptions.coerce(
+                getattr(ds, "_store_options", None)).merged(limit))
+                if hasattr(ds, "with_store_options") else ds for ds in fetch.datasets]
+        return plan
+
     def _make_engine(self):
         if self.kind == "inline" or self.workers == 0:
             from zephon.engine.inline import InlineEngine
@@ -74,8 +128,7 @@ class Session:
             return InlineEngine(self.lane_plan())
         from zephon.engine.process import ProcessEngine
 
-        return ProcessEngine(self.lane_plan(), self.workers, self.pipeline._options,
-                             runner=self.kind)
+        return ProcessEngine(self.lane_plan(), self.workers, self.options, runner=self.kind)
 
     def _observer(self):
         from zephon.engine import mixture_check
@@ -96,24 +149,35 @@ class Session:
         use_decode_pool()  # the inline engine decodes in this process (see arrow_memory.py)
         self.active = True
         self.engine = self._make_engine()
+        self.times["engine_started"] = time.monotonic()
         self.pipeline._pending_restore = None
         self.observer = obs = self._observer()
         sink = self._sink()
         it = iter(self.engine)
         counted = metrics.now()  # when counts were last gathered (losses are said promptly)
+        tuner, consumer_ns = self.tuner, 0
         try:
             while True:
                 t0 = metrics.now()
                 unit = next(it, None)
                 if unit is None:
                     break
-                obs.delivered(unit, metrics.now() - t0)
+                t1 = metrics.now()
+                obs.delivered(unit, t1 - t0)
+                if self.startup is None:
+                    self._first_unit()
                 if sink is not None:
                     sink.maybe_emit(self.metrics_snapshot)
                 if t0 - counted > 500_000_000:
                     counted = t0
                     self._gather_counters()
                 yield unit
+                if tuner is not None and not tuner.settled:
+                    consumer_ns += metrics.now() - t1
+                    choice = tuner.observe(time.monotonic(), consumer_ns, obs.units,
+                                           self._counters)
+                    if choice is not None and self._switch(choice):
+                        it = iter(self.engine)
             self._gather_counters()
             summary = obs.ledger.summary()
             if summary is not None:  # the end of the stream: what was not delivered whole
@@ -122,6 +186,37 @@ class Session:
             if obs.progress is not None:
                 obs.progress.close()
             self.close()
+
+    def _counters(self):
+        """(operator registry, records delivered), up to date: what the tuner measures."""
+        self._gather_counters()
+        return self.observer.registry, int(self.observer.records.sum())
+
+    def _switch(self, choice) -> bool:
+        """Hand the stream over to the engine ``choice`` names, between two delivered units:
+        the new engine resumes every lane from its state after the last unit delivered, as a
+        restore from a checkpoint taken here would, so the stream goes on unchanged. False:
+        the memory budget holds the current engine only, which stays."""
+        try:
+            self.memory = self._plan_memory(choice.runner, choice.workers)
+        except ValueError as e:
+            self.tuner.history.append(f"stayed: {choice.label()} would not fit ({e})")
+            return False
+        self._gather_counters()  # the old engine's counts, before it goes
+        states = self.lane_states()
+        self.engine.close()
+        self.restore_states = states
+        self.kind, self.workers = choice.runner, choice.workers
+        log.info("zephon: switching to %s: %s", choice.label(), choice.why)
+        self.engine = self._make_engine()
+        return True
+
+    def _first_unit(self) -> None:
+        """Freeze the start-up breakdown: where the time to the first unit went."""
+        from zephon.engine.startup import breakdown
+
+        self._gather_counters()  # the coordinator's and workers' marks ride with their counts
+        self.startup = breakdown(self.times, self.observer.registry.marks)
 
     def _gather_counters(self) -> None:
         obs, engine = self.observer, self.engine
@@ -148,8 +243,14 @@ class Session:
         if held:  # the process engine's counts arrive with its frames instead
             obs.held = held
         self._gather_counters()
-        return obs.snapshot({"engine": self.kind, "workers": self.workers,
-                             "priming": self.priming})
+        from zephon.engine.memory import tree_pss
+
+        extra: dict[str, Any] = {"engine": self.kind, "workers": self.workers,
+                                 "startup": self.startup, "priming": self.priming,
+                                 "memory": self.memory.report(tree_pss())}
+        if self.tuner is not None:
+            extra["autotune"] = self.tuner.describe()
+        return obs.snapshot(extra)
 
     def timing_snapshot(self, kind: str) -> Any:
         """``FetchTimingSummary`` (kind "fetch") or ``PrefetchTimingSummary`` ("prefetch"),

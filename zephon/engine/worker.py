@@ -60,6 +60,7 @@ def describe_exit(code: int | None) -> str:
 
 def worker_main(conn, spec: dict) -> None:
     index = spec["index"]
+    metrics.mark("worker_start")  # start-up marks ship with the first result's counters
 
     def on_exit() -> None:
         shm.unlink_created()
@@ -83,6 +84,7 @@ def worker_main(conn, spec: dict) -> None:
                         num_workers=spec["workers"])
         for op in ops:
             op.setup(ctx)
+        metrics.mark("worker_setup")
         # whether results may come back in shard order: the coordinator sorts them (ownership.py)
         any_order = bool(spec.get("any_order"))
         pool = shm.SlotPool(spec["prefix"], f"w{index}.{spec['generation']}_", spec["slots"],
@@ -91,6 +93,7 @@ def worker_main(conn, spec: dict) -> None:
         conn.send(("fatal", wire.pack_exception(e)))
         on_exit()
         return
+    metrics.mark("worker_ready")
     conn.send(("hello", pool.names, os.getpid()))
     try:
         _serve(conn, ops, pool, any_order)
@@ -180,6 +183,7 @@ class WorkerPool:
         self.hold_limit = spec["slots"] - 1
         self.workers: list[_Worker] = []
         self.closed = False
+        self.results_seen = False
         for i in range(count):
             self.workers.append(self._start(i, 0))
 
@@ -277,6 +281,9 @@ class WorkerPool:
             metrics.LOCAL.merge(msg[-1])  # the worker's operator counters
             msg = msg[:-1]
         if tag == "done":
+            if not self.results_seen:  # the first fill: a start-up mark
+                self.results_seen = True
+                metrics.mark("first_result")
             _, seq, slot, length, grown = msg
             if grown:
                 w.views.attach(slot, grown)

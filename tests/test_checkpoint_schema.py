@@ -218,3 +218,34 @@ def test_merge_checkpoints_signs_the_union_and_refuses_an_altered_part(corpus_di
     parts[1]["token_ratios"] = {"code": 1.0, "web": 1.0}
     with pytest.raises(CheckpointError, match=r"parts\[1\]\.digest"):
         merge_checkpoints(parts)
+
+
+def test_token_aware_source_restores_with_the_checkpoints_ratios(tmp_path, tokenizer_path):
+    from zephon import synthetic
+    from zephon.work import TokenEstimation
+
+    synthetic.write_dataset(tmp_path, "long", 300, n_shards=2, seed=1, mean_words=120)
+    synthetic.write_dataset(tmp_path, "short", 900, n_shards=2, seed=2, mean_words=30)
+
+    def make():
+        ds = [Dataset.from_path(n, str(tmp_path / n)) for n in ("long", "short")]
+        ws = StaticMixtureWorkSource(ds, {"long": 0.5, "short": 0.5}, chunk_size=128, seed=3,
+                                     token_estimation=TokenEstimation(calibration_samples=64))
+        return (Pipeline(ws).options(num_workers=0, canonical_replicas=2)
+                .tokenize(tokenizer=tokenizer_path, field="text").shuffle(buffer_size=32)
+                .batch(microbatch_size=8))
+
+    full = [b.ids for _, b in zip(range(12), make())]
+    state = _state_after(make(), 7)
+    assert [b.ids for _, b in zip(range(5), make().restore(state))] == full[7:]
+    doc = copy.deepcopy(state)
+    doc["token_ratios"]["short"] *= 1.5
+    with pytest.raises(CheckpointError, match=r"^checkpoint digest"):
+        make().restore(doc)
+    doc["version"] = 1  # without digests, a ratio is a plausible value: only its form is checked
+    doc.pop("digest")
+    for lane in doc["lanes"].values():
+        lane.pop("digest")
+    del doc["token_ratios"]["short"]
+    with pytest.raises(CheckpointError, match=r"^checkpoint token_ratios"):
+        make().restore(doc)

@@ -11,6 +11,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from zephon.engine.refs import decode, encode
 from zephon.ops.errors import CheckpointError
 
@@ -65,7 +67,13 @@ def fingerprint(pipeline) -> dict:
 
 
 def canonical_json(obj: Any) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    """Sorted keys, no spaces: orjson (fast: checkpoints carry long cursor arrays), or the
+    standard library for what orjson refuses (integers past 64 bits, non-string keys). The
+    choice depends on the content alone, so writer and reader always agree."""
+    try:
+        return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
 def digest_of(obj: Any) -> str:
@@ -132,7 +140,11 @@ def _batch_stage(pipeline) -> int:
 
 
 def _plain(obj: Any) -> Any:
-    return json.loads(json.dumps(obj))
+    """``obj`` as JSON data (tuples become lists, keys strings), as it would be read back."""
+    try:
+        return orjson.loads(orjson.dumps(obj))
+    except TypeError:
+        return json.loads(json.dumps(obj))
 
 
 def _operators(fp: Any) -> list:

@@ -12,6 +12,7 @@ split child that exists) run when restore re-derives them, with the same error t
 from __future__ import annotations
 
 import json
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -29,9 +30,9 @@ def fail(field: str, message: str) -> None:
 
 def first_bad(field: str, bad: np.ndarray, message: str) -> None:
     """Refuse with the path of the first element where ``bad`` holds."""
-    hits = np.flatnonzero(np.asarray(bad).reshape(-1))
-    if len(hits):
-        fail(f"{field}[{int(hits[0])}]", message)
+    bad = np.asarray(bad).reshape(-1)
+    if bad.any():
+        fail(f"{field}[{int(np.flatnonzero(bad)[0])}]", message)
 
 
 def array(nd: dict, field: str, dtype: str, ndim: int) -> np.ndarray:
@@ -47,6 +48,20 @@ def array(nd: dict, field: str, dtype: str, ndim: int) -> np.ndarray:
     if dtype == "<i4":
         first_bad(field, (out < -(1 << 31)) | (out >= 1 << 31), "outside int32")
     return out
+
+
+def int_rows(rows: list, width: int, field: str, schema: Any) -> np.ndarray:
+    """``rows`` as an (n, width) int64 array when each is a list of ``width`` integers; else
+    the first bad element is named by checking ``rows`` against ``schema`` (slow, but only
+    on failure)."""
+    if (not rows or (set(map(type, rows)) == {list} and set(map(len, rows)) == {width}
+                     and set(map(type, chain.from_iterable(rows))) == {int})):
+        try:
+            return np.asarray(rows, dtype=np.int64).reshape(len(rows), width)
+        except OverflowError:
+            pass
+    S.parse(schema, rows, field)
+    fail(field, "malformed rows")  # unreachable: the schema refuses what got here
 
 
 def ids(nd: dict, field: str, n: int, below: int | None = None) -> np.ndarray:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from zephon.engine import checkpoint_schema as S
-from zephon.engine.checkpoint_checks import Held, LaneView, array, fail, first_bad, ids
+from zephon.engine.checkpoint_checks import Held, LaneView, array, fail, first_bad, ids, int_rows
 
 
 def check_op_state(op: Any, state: Any, view: LaneView, field: str) -> None:
@@ -47,7 +47,7 @@ def _shuffle(op: Any, st: dict, held: Held, field: str) -> None:
     hid = ids(st["held_ids"], f"{field}.held_ids", len(held), arrivals)
     if len(buffer) != len(held):
         fail(f"{f}.buffer", f"{len(buffer)} buffered records, {len(held)} held cursors")
-    buf = np.asarray(buffer, dtype=np.int64).reshape(-1, 2)
+    buf = int_rows(buffer, 2, f"{f}.buffer", S.SHUFFLE_BUFFER)
     order = np.argsort(buf[:, 0], kind="stable")
     if not np.array_equal(buf[order, 0], hid):
         fail(f"{f}.buffer", "buffered arrival numbers are not the held records' ids")
@@ -115,7 +115,7 @@ def _pack(op: Any, st: dict, held: Held, field: str) -> None:
     first_bad(f"{field}.consumed", consumed < 0, "negative")
     valid_groups = set(np.unique(op.group_map).tolist())
     limit = conf["num_bins"] if conf["algorithm"] in ("first_fit", "best_fit") else 1
-    group_of: dict[int, int] = {}
+    rids, groups = [], []
     for g, p in st["packers"].items():
         f = f"{field}.packers[{g}]"
         if int(g) not in valid_groups:
@@ -130,27 +130,32 @@ def _pack(op: Any, st: dict, held: Held, field: str) -> None:
         for i, b in enumerate(p["bins"]):
             if not b or sum(s[2] for s in b) > conf["max_length"]:
                 fail(f"{f}.bins[{i}]", f"empty or longer than max_length={conf['max_length']}")
-            for j, (rid, _start, length) in enumerate(b):
-                _segment(rid, length, hid, f"{f}.bins[{i}][{j}]")
-                group_of[rid] = int(g)
-        for i, (rid, _start, length, seq) in enumerate(p["pool"]):
-            _segment(rid, length, hid, f"{f}.pool[{i}]")
-            if seq >= p["arrivals"]:
-                fail(f"{f}.pool[{i}]", f"arrival {seq} not below arrivals={p['arrivals']}")
-            group_of[rid] = int(g)
-    if group_of and len(held) and not held.recipes:
-        rows = np.searchsorted(hid, np.asarray(list(group_of), dtype=np.int64))
-        groups = op.group_map[held.pointers()[0][rows]]
-        first_bad(f"{field}.packers", groups != np.asarray(list(group_of.values())),
+        segs = [s[0] for b in p["bins"] for s in b]
+        where = [f"[{i}][{j}]" for i, b in enumerate(p["bins"]) for j in range(len(b))]
+        _held(np.asarray(segs, dtype=np.int64), hid, f"{f}.bins", where)
+        empty = [k for k, s in enumerate(s for b in p["bins"] for s in b) if s[2] < 1]
+        if empty:
+            fail(f"{f}.bins{where[empty[0]]}", "an empty segment")
+        pool = np.asarray(p["pool"], dtype=np.int64).reshape(-1, 4)
+        _held(pool[:, 0], hid, f"{f}.pool", [f"[{i}]" for i in range(len(pool))])
+        first_bad(f"{f}.pool", pool[:, 2] < 1, "an empty segment")
+        first_bad(f"{f}.pool", pool[:, 3] >= p["arrivals"], "arrival not below arrivals")
+        rids += [*segs, *pool[:, 0].tolist()]
+        groups += [int(g)] * (len(segs) + len(pool))
+    if rids and len(held) and not held.recipes:
+        rows = np.searchsorted(hid, np.asarray(rids, dtype=np.int64))
+        packed_in = op.group_map[held.pointers()[0][rows]]
+        first_bad(f"{field}.packers", packed_in != np.asarray(groups),
                   "a record is packed in another dataset's group")
 
 
-def _segment(rid: int, length: int, hid: np.ndarray, field: str) -> None:
-    k = int(np.searchsorted(hid, rid))
-    if k >= len(hid) or hid[k] != rid:
-        fail(field, f"names record {rid}, which this operator does not hold")
-    if length < 1:
-        fail(field, "empty segment")
+def _held(rids: np.ndarray, hid: np.ndarray, field: str, where: list[str]) -> None:
+    """Segments name records this operator holds (their token ranges are checked on rebuild)."""
+    rows = np.minimum(np.searchsorted(hid, rids), max(len(hid) - 1, 0))
+    bad = np.flatnonzero((hid[rows] != rids) if len(hid) else np.ones(len(rids), dtype=bool))
+    if len(bad):
+        fail(f"{field}{where[int(bad[0])]}", f"names record {int(rids[bad[0]])}, which this "
+                                             "operator does not hold")
 
 
 def _record(op: Any, st: dict, held: Held, field: str) -> None:

@@ -85,9 +85,13 @@ DOCUMENT = obj({"format": cs.literal_schema(["zephon-checkpoint"]),
 
 BATCH = obj({"held": opt(REFS)},
             {"discard": COUNT})  # records already delivered in batches of another size (v2)
+# a shuffle buffer holds a [arrival, identity key] row per record (up to buffer_size, often
+# thousands): its rows are checked at numpy speed by ``checkpoint_checks.int_rows`` against
+# SHUFFLE_BUFFER below (which names the first bad element when they are not right)
+SHUFFLE_BUFFER = lst(lst(I64, 2, 2))
 SHUFFLE = obj({"shuffler": obj({"version": cs.literal_schema([1]),
                                 "algorithm": cs.str_schema(strict=True),
-                                "buffer": lst(lst(I64, 2, 2)),
+                                "buffer": lst(cs.any_schema()),
                                 "window": COUNT, "emitted": COUNT, "arrivals": COUNT}),
                "held": opt(REFS), "held_ids": ND})
 MIXTURE = obj({"balancer": obj({"version": cs.literal_schema([1]),

@@ -1,8 +1,9 @@
 """Zephon: a high-throughput, deterministic data loader for training foundation models."""
 
 from zephon.engine.gather import merge_checkpoints
+from zephon.ops.errors import CheckpointError
 from zephon.pipeline import Pipeline
 from zephon.types import SampleBatch
 
 __version__ = "0.3.0.dev0"
-__all__ = ["Pipeline", "SampleBatch", "merge_checkpoints", "__version__"]
+__all__ = ["CheckpointError", "Pipeline", "SampleBatch", "merge_checkpoints", "__version__"]

@@ -261,11 +261,14 @@ class Pipeline:
         return checkpoint_of(self)
 
     def restore(self, state: Mapping[str, Any]) -> Pipeline:
+        """Resume from ``state`` when iteration starts. The checkpoint is checked whole here
+        (schema, ranges, this pipeline's operators, digests): a malformed, altered or
+        incompatible one raises ``CheckpointError`` naming the field."""
         from zephon.engine.checkpoint import validate_checkpoint
 
-        validate_checkpoint(state, self)
+        doc = validate_checkpoint(state, self)
         self._changed()
-        self._pending_restore = dict(state)
+        self._pending_restore = doc
         return self
 
     def close(self) -> None:

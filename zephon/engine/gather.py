@@ -35,6 +35,15 @@ def merge_checkpoints(parts: Sequence[Mapping[str, Any]]) -> dict:
             if lanes.get(lane) is None:
                 lanes[lane] = st
     merged["lanes"] = dict(sorted(lanes.items(), key=lambda kv: int(kv[0])))
+    if "digest" in first:  # each part's header is checked, then the union's is signed anew
+        from zephon.engine.checkpoint import header_digest
+        from zephon.ops.errors import CheckpointError
+
+        for i, p in enumerate(parts):
+            if p.get("digest") != header_digest(p):
+                raise CheckpointError(f"parts[{i}].digest", "a rank's checkpoint was changed "
+                                      "after it was written (or corrupted)")
+        merged["digest"] = header_digest(merged)
     return merged
 
 

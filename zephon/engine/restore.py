@@ -16,22 +16,38 @@ import numpy as np
 from zephon.block import Block
 from zephon.engine.lane import apply_ops
 from zephon.engine.refs import LazyRecords, refs_len
+from zephon.ops.errors import CheckpointError
 
 
 def restore_chain(chain, op_states: list, lane_plan, lane_id: int) -> None:
+    """Rebuild each accumulator's held records and state. ``Pipeline.restore`` checked all that
+    can be checked from pointers; what needs the records (a split child that exists, a token
+    range inside its document) fails here, or when a lazily restored record is rebuilt, with a
+    ``CheckpointError`` naming the operator's state."""
     if len(op_states) != len(chain.stages):
-        raise RuntimeError(
-            f"checkpoint has {len(op_states)} serial operators, this pipeline has "
-            f"{len(chain.stages)}: restore needs the same operators")
+        raise CheckpointError(
+            f"lanes[{lane_id}].base.ops", f"{len(op_states)} serial operators, this pipeline "
+            f"has {len(chain.stages)}: restore needs the same operators")
     for i, (stage, state) in enumerate(zip(chain.stages, op_states)):
         if stage is None or state is None:
             continue
+        where = f"lanes[{lane_id}].base.ops[{i}]"
         if getattr(stage, "restores_lazily", False) and refs_len(state.get("held")):
-            held = LazyRecords(state["held"], lambda refs, i=i: rebuild_inputs(
-                chain, i, refs, lane_plan, lane_id))
+            held = LazyRecords(state["held"], lambda refs, i=i, where=where: _rebuild(
+                chain, i, refs, lane_plan, lane_id, where))
         else:
-            held = rebuild_inputs(chain, i, state.get("held"), lane_plan, lane_id)
-        stage.set_state(state, held)
+            held = _rebuild(chain, i, state.get("held"), lane_plan, lane_id, where)
+        try:
+            stage.set_state(state, held)
+        except CheckpointError as e:
+            raise CheckpointError(f"{where}.{e.field}", e.message) from None
+
+
+def _rebuild(chain, i: int, refs: dict | None, lane_plan, lane_id: int, where: str):
+    try:
+        return rebuild_inputs(chain, i, refs, lane_plan, lane_id)
+    except CheckpointError as e:
+        raise CheckpointError(f"{where}.held", e.message) from None
 
 
 def rebuild_inputs(chain, i: int, refs: dict | None, lane_plan, lane_id: int) -> Block | None:
@@ -58,8 +74,8 @@ def rebuild_inputs(chain, i: int, refs: dict | None, lane_plan, lane_id: int) ->
             block = chain.ops[j].process_block(block)
             reran = True
             if block is None:
-                raise RuntimeError(f"restore: operator {chain.ops[j].op_name} dropped a record "
-                                   "it had passed before (is it deterministic?)")
+                raise CheckpointError("", f"names records operator {chain.ops[j].op_name} "
+                                      "drops (is it deterministic?)")
     if reran:  # a split or filter on the way must not shift which row is which
         block = select(block, np.asarray(refs["chunk_id"], dtype=np.int64),
                        np.asarray(refs["chunk_offset"], dtype=np.int64),
@@ -78,8 +94,8 @@ def fetch_refs(refs: dict, lane_plan, lane_id: int) -> Block:
     for c in np.unique(pairs[:, 0]).tolist():
         chunk = ws.lane_chunk(lane_id, L, int(c))
         if chunk is None:
-            raise RuntimeError(f"checkpoint names chunk {c} of lane {lane_id}, which the work "
-                               "source does not have: was it built with other settings?")
+            raise CheckpointError("", f"names chunk {c} of lane {lane_id}, which the work "
+                                  "source does not have: was it built with other settings?")
         offs = pairs[pairs[:, 0] == c, 1]
         ds.append(chunk.dataset_id[offs])
         sh.append(chunk.shard_id[offs])
@@ -90,7 +106,8 @@ def fetch_refs(refs: dict, lane_plan, lane_id: int) -> Block:
             "chunk_id": pairs[:, 0].copy(), "chunk_offset": pairs[:, 1].copy()}
     block = apply_ops(lane_plan.plan.worker_ops, Block(meta, None))
     if block is None:
-        raise RuntimeError("restore: the worker stage dropped records a checkpoint holds")
+        raise CheckpointError("", "names records the worker stage drops (are its operators "
+                              "deterministic?)")
     return select(block, chunk_ids, offsets, lineage)
 
 
@@ -106,7 +123,8 @@ def select(block: Block, chunk_ids: np.ndarray, offsets: np.ndarray,
     for c, o, lin in zip(chunk_ids.tolist(), offsets.tolist(), lineage.tolist()):
         key = (c, o, tuple(x for x in lin if x >= 0))
         if key not in index:
-            raise RuntimeError(f"restore: record {key} named by the checkpoint was not produced "
-                               "again: are the operators deterministic and unchanged?")
+            raise CheckpointError("", f"names record {key} (chunk, offset, lineage), which "
+                                  "was not produced again: a split child that does not exist, "
+                                  "or operators that are not deterministic")
         want.append(index[key])
     return block.take(np.asarray(want, dtype=np.int64))

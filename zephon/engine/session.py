@@ -85,7 +85,7 @@ class Session:
         if pipeline._pending_restore is not None:
             from zephon.engine.checkpoint import lane_states
 
-            self.restore_states = lane_states(pipeline._pending_restore)
+            self.restore_states = lane_states(pipeline._pending_restore, pipeline)
 
     def lane_plan(self) -> LanePlan:
         topo = self.topology

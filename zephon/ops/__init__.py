@@ -16,12 +16,12 @@ from zephon.ops.base import (
     StageInfo,
 )
 from zephon.ops.children import pack_meta, spawn_child, tombstone_meta
-from zephon.ops.errors import OperatorError, ZephonError
+from zephon.ops.errors import CheckpointError, OperatorError, ZephonError
 from zephon.ops.map_transform import UserFunctionError
 from zephon.ops.pack_groups import DomainGroups
 
 __all__ = [
-    "Accumulator", "BaseOp", "CountingAccumulator", "DomainGroups", "LaneAccumulator",
+    "Accumulator", "BaseOp", "CheckpointError", "CountingAccumulator", "DomainGroups", "LaneAccumulator",
     "MissingFieldMode", "OpContext", "OpTraits", "OperatorError", "PackingAlgorithm",
     "PassthroughAccumulator", "ReadyBatch", "SpanSource", "SpecialTokensMode", "StageInfo",
     "UserFunctionError", "ZephonError", "pack_meta", "spawn_child", "tombstone_meta",

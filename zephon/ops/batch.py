@@ -34,8 +34,15 @@ class BatchLane(LaneAccumulator):
         self.drop_last = drop_last
         self.pending: list[Block] = []
         self.count = 0
+        # records at the head of the input that a run with another micro-batch size delivered
+        # before its checkpoint (zephon.engine.checkpoint.lane_states): skipped, not batched
+        self.discard = 0
 
     def push(self, block: Block) -> list[Block]:
+        if self.discard and len(block):
+            k = min(self.discard, len(block))
+            self.discard -= k
+            block = block.slice(k, len(block))
         if not len(block):
             return []
         self.pending.append(block)
@@ -52,11 +59,18 @@ class BatchLane(LaneAccumulator):
         return out
 
     def flush(self) -> list[Block]:
+        self.discard = 0
         if not self.pending:
             return []
-        rest = Block.concat(self.pending)
+        merged = Block.concat(self.pending)
         self.pending, self.count = [], 0
-        return [] if self.drop_last else [_as_batch(rest)]
+        # after a restore with a smaller micro-batch size, pending may hold whole batches
+        full = (len(merged) // self.size) * self.size
+        out = [_as_batch(merged.slice(i, i + self.size), merged, i)
+               for i in range(0, full, self.size)]
+        if full < len(merged) and not self.drop_last:
+            out.append(_as_batch(merged.slice(full, len(merged))))
+        return out
 
     def held(self) -> int:
         return self.count
@@ -64,11 +78,20 @@ class BatchLane(LaneAccumulator):
     def get_state(self) -> dict:
         from zephon.engine.refs import refs_of
 
-        return {"held": refs_of(Block.concat(self.pending) if self.pending else None)}
+        state = {"held": refs_of(Block.concat(self.pending) if self.pending else None)}
+        if self.discard:
+            state["discard"] = self.discard
+        return state
 
     def set_state(self, state: dict, held: Block | None) -> None:
-        self.pending = [held] if held is not None and len(held) else []
-        self.count = len(held) if held is not None else 0
+        self.pending, self.count = [], 0
+        self.discard = int(state.get("discard", 0))
+        if held is not None and len(held):
+            k = min(self.discard, len(held))
+            self.discard -= k
+            if k < len(held):
+                self.pending = [held.slice(k, len(held))]
+                self.count = len(held) - k
 
 
 def _as_batch(block: Block, parent: Block | None = None, start: int = 0) -> Block:

@@ -130,6 +130,25 @@ class MixtureLane(LaneAccumulator):
                 "held_ids": self.store.ids.copy(), "next_id": self.next_id}
 
     def set_state(self, state: dict, held: Block | None) -> None:
+        self._check_weights(state, held)
         self.balancer = MixtureBalancer.from_state(self.balancer.config, state["balancer"])
         self.store.set(held, np.asarray(state["held_ids"], dtype=np.int64))
         self.next_id = int(state["next_id"])
+
+    def _check_weights(self, state: dict, held: Block | None) -> None:
+        """The weight the buffer gives each held record is the one the record has: the part
+        of the state ``Pipeline.restore`` cannot check, as it needs the records."""
+        from zephon.ops.errors import CheckpointError
+
+        ids = np.asarray(state["held_ids"], dtype=np.int64)
+        if held is None or not len(held):
+            return
+        if len(held) != len(ids):
+            raise CheckpointError("held", f"{len(held)} records rebuilt for {len(ids)} ids")
+        weight = {r: w for buf in state["balancer"]["buffers"] for r, w, _ in buf}
+        got = np.asarray([weight.get(r, -1) for r in ids.tolist()], dtype=np.int64)
+        want = self.balancer._weights(self.op.weights(held), len(held))
+        bad = np.flatnonzero(got != want)
+        if len(bad):
+            raise CheckpointError("balancer.buffers", f"record {int(ids[bad[0]])} weighs "
+                                  f"{int(want[bad[0]])}, the buffer says {int(got[bad[0]])}")

@@ -342,8 +342,34 @@ class PackLane(LaneAccumulator):
                 "consumed": self.consumed.copy(), "next_id": self.next_id}
 
     def set_state(self, state: dict, held: Block | None) -> None:
+        _check_token_ranges(self.op, state, held)
         self.packers = {int(g): Packer.from_state(self.op.packer_config, st)
                         for g, st in state["packers"].items()}
         self.store.set(held, np.asarray(state["held_ids"], dtype=np.int64))
         self.consumed = np.asarray(state["consumed"], dtype=np.int64)
         self.next_id = int(state["next_id"])
+
+
+def _check_token_ranges(op: PackOp, state: dict, held: Block | None) -> None:
+    """Segments and consumed counts inside their records: the one part of a packing state that
+    ``Pipeline.restore`` cannot check, as it needs the records' token counts."""
+    from zephon.ops.errors import CheckpointError
+
+    ids = np.asarray(state["held_ids"], dtype=np.int64)
+    lengths = (np.diff(ragged_chunks(held.payload, op.field(held)).offsets)
+               if held is not None and len(held) else np.empty(0, dtype=np.int64))
+    if len(lengths) != len(ids):
+        raise CheckpointError("held", f"{len(lengths)} records rebuilt for {len(ids)} ids")
+    over = np.flatnonzero(np.asarray(state["consumed"], dtype=np.int64) > lengths)
+    if len(over):
+        raise CheckpointError(f"consumed[{int(over[0])}]", "more tokens than the record has")
+    for g, st in state["packers"].items():
+        for kind in ("bins", "pool"):
+            segs = st.get(kind, [])
+            flat = [(i, j, s) for i, b in enumerate(segs) for j, s in enumerate(b)] \
+                if kind == "bins" else [(i, None, s) for i, s in enumerate(segs)]
+            for i, j, s in flat:
+                row = int(np.searchsorted(ids, s[0]))
+                if row >= len(ids) or ids[row] != s[0] or s[1] + s[2] > lengths[row]:
+                    where = f"packers[{g}].{kind}[{i}]" + ("" if j is None else f"[{j}]")
+                    raise CheckpointError(where, "a token range outside its record")

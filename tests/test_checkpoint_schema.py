@@ -25,7 +25,7 @@ def _ws(corpus_dir, chunk_size=90, **kw):
 def _shuffled(corpus_dir, size=5, workers=0, lanes=2, **ws_kw):
     return (Pipeline(_ws(corpus_dir, **ws_kw))
             .options(num_workers=workers, canonical_replicas=lanes, micro_batch_size=37)
-            .shuffle(buffer_size=64, seed=3).batch(microbatch_size=size))
+            .shuffle(buffer_size=64, seed=3).batch(microbatch_size=size, drop_last=True))
 
 
 def _packed(corpus_dir, tok):

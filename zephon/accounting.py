@@ -30,6 +30,7 @@ REASONS = {
     "bad_record": "skipped as a bad record (on_bad_record='skip')",
     "filtered": "removed by a filter",
     "empty": "had no tokens",
+    "short_batch": "the last, short batch of a lane, dropped by batch(drop_last=True)",
     "discarded_tokens": "tokens left over at the end of a stream that could not fill a row",
     "no_answer": "conversations without an answered user query (expand_chat)",
     "unanswered_turns": "kept, with trailing user turns that had no answer cut off (expand_chat)",

@@ -99,8 +99,19 @@ class Pipeline:
             raise ValueError("map_batch must come after batch()")
         return self._append(MapBatchOp(fn, drop_none=drop_none, parallelism=parallelism))
 
-    def batch(self, microbatch_size: int, *, drop_last: bool = True,
+    def batch(self, microbatch_size: int, *, drop_last: bool = False,
               placement: str = "auto") -> Pipeline:
+        """Per-lane groups of ``microbatch_size`` records become one ``SampleBatch``.
+
+        Args:
+            microbatch_size: records per batch.
+            drop_last: the last, short batch of each lane at the end of the stream is delivered
+                (the default: nothing is dropped); ``True`` drops it for fixed shapes, and the
+                records dropped are counted in ``metrics_snapshot()["losses"]`` as
+                ``short_batch``. (Zephon 0.2.0 defaulted to ``True``; no flush happens mid-run
+                here, so this concerns one batch per lane per run.)
+            placement: accepted for compatibility; the engine places ``batch`` itself.
+        """
         if any(isinstance(o, BatchOp) for o in self._ops):
             raise ValueError("batch() may appear only once")
         return self._append(BatchOp(microbatch_size, drop_last=drop_last))

@@ -84,6 +84,13 @@ class LaneView:
         self._chunks: dict[int, Any] = {}
         self.position = (0, 0)
 
+    @property
+    def random_access(self) -> bool:
+        """A streaming user source (``next_chunk`` only) has no chunk to look up without
+        reading its stream: its cursors are checked for form only, and its own
+        ``load_state_dict`` checks where it resumes."""
+        return hasattr(self.ws, "lane_chunk")
+
     def chunk(self, c: int) -> Any:
         if c not in self._chunks:
             self._chunks[c] = self.ws.lane_chunk(self.lane, self.lanes, c)
@@ -94,6 +101,9 @@ class LaneView:
         c, o = pos
         if c >= _MAX_CHUNK:
             fail(f"{field}[0]", f"chunk {c} is beyond any stream")
+        self.position = (c, o)
+        if not self.random_access:
+            return
         chunk = self.chunk(c)
         if chunk is None:
             if o != 0 or (c > 0 and self.chunk(c - 1) is None):
@@ -110,6 +120,8 @@ class LaneView:
         first_bad(f"{field}.chunk_offset", (chunk_id > pc) | ((chunk_id == pc) & (offset >= po)),
                   f"names a record at or after the lane's position ({pc}, {po}): it was not "
                   "read yet when this state was taken")
+        if not self.random_access:
+            return
         for c in np.unique(chunk_id).tolist():
             sel = chunk_id == c
             chunk = self.chunk(int(c))

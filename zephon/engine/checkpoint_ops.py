@@ -51,7 +51,7 @@ def _shuffle(op: Any, st: dict, held: Held, field: str) -> None:
     order = np.argsort(buf[:, 0], kind="stable")
     if not np.array_equal(buf[order, 0], hid):
         fail(f"{f}.buffer", "buffered arrival numbers are not the held records' ids")
-    if len(held) and not held.recipes:
+    if len(held) and not held.recipes and held.view.random_access:
         from zephon.tokens.shuffler import record_keys
 
         ds, shard, sample = held.pointers()
@@ -99,7 +99,7 @@ def _mixture(op: Any, st: dict, held: Held, field: str) -> None:
     order = np.argsort(rids, kind="stable")
     if not np.array_equal(rids[order], hid):
         fail(f"{f}.buffers", "buffered record ids are not the held records' ids")
-    if len(held) and not held.recipes:
+    if len(held) and not held.recipes and held.view.random_access:
         ds = held.pointers()[0]
         bad = np.zeros(len(entries), dtype=bool)
         bad[order] = ds != comps[order]
@@ -142,7 +142,7 @@ def _pack(op: Any, st: dict, held: Held, field: str) -> None:
         first_bad(f"{f}.pool", pool[:, 3] >= p["arrivals"], "arrival not below arrivals")
         rids += [*segs, *pool[:, 0].tolist()]
         groups += [int(g)] * (len(segs) + len(pool))
-    if rids and len(held) and not held.recipes:
+    if rids and len(held) and not held.recipes and held.view.random_access:
         rows = np.searchsorted(hid, np.asarray(rids, dtype=np.int64))
         packed_in = op.group_map[held.pointers()[0][rows]]
         first_bad(f"{field}.packers", packed_in != np.asarray(groups),

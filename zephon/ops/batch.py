@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from zephon import accounting
 from zephon.block import Block
 from zephon.ops.base import BaseOp, LaneAccumulator, OpContext, OpTraits
 
@@ -9,7 +10,7 @@ from zephon.ops.base import BaseOp, LaneAccumulator, OpContext, OpTraits
 class BatchOp(BaseOp):
     name = "batch"
 
-    def __init__(self, microbatch_size: int, *, drop_last: bool = True) -> None:
+    def __init__(self, microbatch_size: int, *, drop_last: bool = False) -> None:
         if int(microbatch_size) < 1:
             raise ValueError(f"microbatch_size must be >= 1, got {microbatch_size}")
         self.microbatch_size = int(microbatch_size)
@@ -68,8 +69,12 @@ class BatchLane(LaneAccumulator):
         full = (len(merged) // self.size) * self.size
         out = [_as_batch(merged.slice(i, i + self.size), merged, i)
                for i in range(0, full, self.size)]
-        if full < len(merged) and not self.drop_last:
-            out.append(_as_batch(merged.slice(full, len(merged))))
+        if full < len(merged):
+            tail = merged.slice(full, len(merged))
+            if self.drop_last:  # the user's choice: counted and said, never silent
+                accounting.count("batch", "short_batch", tail.meta["dataset_id"])
+            else:
+                out.append(_as_batch(tail))
         return out
 
     def held(self) -> int:

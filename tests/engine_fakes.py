@@ -164,6 +164,19 @@ def fail_on_third_batch(batch):
     return batch
 
 
+class CountBatches:
+    """A map_batch function that leaves a mark in a file per batch it sees (wherever it runs)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.__name__ = "count_batches"
+
+    def __call__(self, batch):
+        with open(self.path, "a") as f:
+            f.write(".")
+        return batch
+
+
 class SlowDown:
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds

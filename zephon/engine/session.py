@@ -134,7 +134,8 @@ class Session:
         if held:  # the process engine's counts arrive with its frames instead
             obs.held = held
         self._gather_counters()
-        return obs.snapshot({"engine": self.kind, "workers": self.workers})
+        processes = engine.processes() if hasattr(engine, "processes") else {}  # pids by role
+        return obs.snapshot({"engine": self.kind, "workers": self.workers, "processes": processes})
 
     def lane_states(self) -> dict[int, dict | None]:
         """Per owned lane: its state at the last unit delivered to the caller."""

@@ -3,6 +3,8 @@
 Through ``torch.distributed`` when a process group is initialised (``all_gather_object``, gloo
 or nccl), else through ``options(aggregate_dir=...)`` (a shared folder or fsspec URL). With
 neither, a rank's checkpoint holds its own lanes and ``merge_checkpoints`` joins them later.
+Inside a DataLoader worker (``to_torch_dataset``) a checkpoint holds that worker's lanes: the
+loader (torchdata's ``StatefulDataLoader``) keeps one per worker and hands each back to its worker.
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ def _dist():
 
 def gather(local: dict, opts, topology, round_no: int) -> dict:
     """The merged checkpoint of all ranks (collective: every rank must call it)."""
-    if topology.world_size <= 1:
-        return local
+    if topology.world_size <= 1 or topology.loader_share is not None:
+        return local  # in a DataLoader worker: no collectives (its loader keeps each worker's)
     dist = _dist()
     if dist is not None:
         parts: list = [None] * dist.get_world_size()

@@ -217,6 +217,8 @@ def scenario(kind: str) -> None:
         p = Pipeline(make_source(records=600, datasets=1, shards=1)).map_transform(boom_at_57)
     if slow:
         p = p.map_transform(SlowDown(0.002))
+    elif kind in ("normal", "abandon"):  # still running when the pids below are read: a fast
+        p = p.map_transform(SlowDown(0.002))  # run may have stopped its workers by then
     p = p.batch(10).options(num_workers=2, micro_batch_size=25)
     it = iter(p)
     next(it)

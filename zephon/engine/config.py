@@ -23,6 +23,7 @@ class EngineConfig:
     prefix: str = ""
     parent: tuple[int, float] = (0, 0.0)
     environment: dict | None = None  # the training process's, when the pipeline started
+    tempdir: str | None = None  # the coordinator's multiprocessing temp dir (spawning.py)
 
     @property
     def window(self) -> int:

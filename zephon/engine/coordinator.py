@@ -353,12 +353,16 @@ def coordinator_main(conn, lane_plan_blob: bytes, ops_blob: bytes, cfg: EngineCo
     coord: Coordinator | None = None
 
     def on_exit() -> None:
-        if coord is not None:
-            coord.pool.kill()
-        shm.unlink_created()
-        shm.sweep(cfg.prefix)
+        try:
+            if coord is not None:
+                coord.pool.kill()
+            shm.unlink_created()
+            shm.sweep(cfg.prefix)
+        finally:
+            spawning.remove_temp_dir(cfg.tempdir)  # ours to remove when the parent is gone
 
     spawning.adopt_environment(cfg.environment)  # before storage is opened or workers start
+    spawning.use_temp_dir(cfg.tempdir)
     spawning.name_process("zephon-coord")
     spawning.adopt_orphans()  # workers whose fork server is killed stay ours (spawning.py)
     leave = cleanup.init_child("coordinator", on_exit, cfg.log_level)

@@ -19,8 +19,10 @@ held as views at once; further frames are copied out and their slot is returned 
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
+import tempfile
 import uuid
 import warnings
 import weakref
@@ -124,6 +126,9 @@ class CoordinatorClient:
         # unit after the frame's (the coordinator computes a unit per slot: output_ring.py)
         self.on_demand = cfg.prefetch == 0
         self.deferred: list[int] = []
+        # spawning.use_temp_dir; a short name: a fork server's socket path must fit 107 bytes
+        self.tempdir = tempfile.mkdtemp(prefix="zephon-")
+        cfg = dataclasses.replace(cfg, tempdir=self.tempdir)
         ctx = mp_context(cfg.start_method, "zephon.engine.coordinator")
         blobs = (cloudpickle.dumps(lane_plan), cloudpickle.dumps(lane_plan.plan.worker_ops))
 
@@ -133,11 +138,15 @@ class CoordinatorClient:
                                name="zephon-coordinator", daemon=False)
             return proc, here, there
 
-        self.child, self.conn = spawning.start_retrying(make, "zephon coordinator process")
+        try:
+            self.child, self.conn = spawning.start_retrying(make, "zephon coordinator process")
+        except BaseException:
+            spawning.remove_temp_dir(self.tempdir)
+            raise
         cleanup.register(self)
         # an abandoned engine (iterator dropped without close) still releases everything
         self._finalizer = weakref.finalize(self, _close_quietly, self.child, self.conn,
-                                           self.prefix, self.owner)
+                                           self.prefix, self.tempdir, self.owner)
 
     def pids(self) -> list[int]:
         try:
@@ -230,27 +239,30 @@ class CoordinatorClient:
         self.closed = True
         cleanup.unregister(self)
         self._finalizer.detach()
-        _close(self.child, self.conn, self.prefix, grace=0.0 if fast else 5.0)
+        _close(self.child, self.conn, self.prefix, self.tempdir, grace=0.0 if fast else 5.0)
         self.slots = shm.SlotViews()  # mappings live on in the views the user still holds
 
 
 _ROLES = {"zephon-worker": "workers", spawning.FORK_SERVER_NAME: "fork_server"}
 
 
-def _close(child: spawning.Child, conn, prefix: str, grace: float) -> None:
+def _close(child: spawning.Child, conn, prefix: str, tempdir: str, grace: float) -> None:
     try:
         conn.send(("stop",))
     except (OSError, ValueError):
         pass
-    spawning.end_all([child], grace)  # SIGTERM: its handler kills the workers and unlinks
-    conn.close()
-    shm.sweep(prefix)  # what a killed coordinator or worker left named
+    try:
+        spawning.end_all([child], grace)  # SIGTERM: its handler kills the workers and unlinks
+        conn.close()
+    finally:
+        shm.sweep(prefix)  # what a killed coordinator or worker left named
+        spawning.remove_temp_dir(tempdir)
 
 
-def _close_quietly(child: spawning.Child, conn, prefix: str, owner: int) -> None:
+def _close_quietly(child: spawning.Child, conn, prefix: str, tempdir: str, owner: int) -> None:
     if os.getpid() != owner:
         return
     try:
-        _close(child, conn, prefix, grace=1.0)
+        _close(child, conn, prefix, tempdir, grace=1.0)
     except Exception:  # interpreter shutdown: do what can be done
         pass

@@ -18,7 +18,9 @@ start, so credentials exported between two pipelines would otherwise never reach
 from __future__ import annotations
 
 import ctypes
+import multiprocessing.process
 import os
+import shutil
 import signal
 import threading
 import time
@@ -155,6 +157,21 @@ def _reset_fork_server() -> int | None:
             except OSError:
                 pass
     return pid
+
+
+def use_temp_dir(path: str | None) -> None:
+    """Make ``path`` this process's ``multiprocessing`` temp dir, where its fork server's socket
+    goes. ``multiprocessing`` makes its own ``pymp-*`` and removes it at a normal exit only; a
+    coordinator that is killed, or leaves through ``os._exit``, would leave it behind. So the
+    training process makes this one and removes it when it closes the engine (the coordinator
+    does, if the training process is gone)."""
+    if path is not None:
+        multiprocessing.process.current_process()._config["tempdir"] = path
+
+
+def remove_temp_dir(path: str | None) -> None:
+    if path is not None:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def fork_server_pid() -> int | None:

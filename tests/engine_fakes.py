@@ -164,6 +164,19 @@ def fail_on_third_batch(batch):
     return batch
 
 
+class CountBatches:
+    """A map_batch function that leaves a mark in a file per batch it sees (wherever it runs)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.__name__ = "count_batches"
+
+    def __call__(self, batch):
+        with open(self.path, "a") as f:
+            f.write(".")
+        return batch
+
+
 class SlowDown:
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
@@ -204,6 +217,8 @@ def scenario(kind: str) -> None:
         p = Pipeline(make_source(records=600, datasets=1, shards=1)).map_transform(boom_at_57)
     if slow:
         p = p.map_transform(SlowDown(0.002))
+    elif kind in ("normal", "abandon"):  # still running when the pids below are read: a fast
+        p = p.map_transform(SlowDown(0.002))  # run may have stopped its workers by then
     p = p.batch(10).options(num_workers=2, micro_batch_size=25)
     it = iter(p)
     next(it)

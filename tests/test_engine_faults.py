@@ -3,9 +3,14 @@ loop with their operator, record and original traceback."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import time
+from pathlib import Path
 
 import engine_fakes as F
 import numpy as np
@@ -26,6 +31,8 @@ from zephon.ops.errors import ZephonError
 from zephon.ops.fetch import FetchOp
 from zephon.ops.map_transform import UserFunctionError
 from zephon.options import RuntimeOptions
+
+ROOT = str(Path(__file__).resolve().parent.parent)
 
 
 def ids(units) -> list:
@@ -81,6 +88,92 @@ def test_worker_killed_from_outside_is_replaced():
     got += ids(it)
     assert got == want
     assert victim.pid not in engine.pids()
+
+
+def _wait_until(condition, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+    return value
+
+
+def test_fork_server_killed_its_workers_run_on_and_a_new_one_starts_the_next():
+    """The coordinator's fork server (started for the first replacement worker) is killed: the
+    worker it forked runs on (its sentinel fires, yet it is alive), the next replacement comes
+    from a new fork server, and the stream is unchanged. Processes say what they are."""
+    want = ids(pipeline(F.SlowDown(0.001), records=1200, num_workers=0))
+    p = pipeline(F.SlowDown(0.001), records=1200, num_workers=2, prefetch_batches=1)
+    it = iter(p)
+    got = [tuple(next(it).ids)]
+    engine = p._runtime.engine
+    roles = p.metrics_snapshot()["processes"]
+    assert roles == engine.processes()
+    assert roles["fork_server"] == [] and len(roles["workers"]) == 2
+    assert psutil.Process(roles["coordinator"][0]).name() == "zephon-coord"
+    assert {psutil.Process(w).name() for w in roles["workers"]} == {"zephon-worker"}
+    os.kill(roles["workers"][0], signal.SIGKILL)
+    server = _wait_until(lambda: engine.processes()["fork_server"])[0]
+    assert psutil.Process(server).name() == "zephon-forksrv"
+    replacement = _wait_until(lambda: set(engine.processes()["workers"]) - set(roles["workers"]))
+    (replacement,) = replacement
+    os.kill(server, signal.SIGKILL)
+    got += [tuple(next(it).ids) for _ in range(10)]
+    time.sleep(0.5)  # the coordinator has seen the fork server's children's sentinels fire
+    got += [tuple(next(it).ids) for _ in range(5)]
+    assert replacement in engine.processes()["workers"]  # not taken for dead, not replaced
+    os.kill(replacement, signal.SIGKILL)
+    got += ids(it)
+    assert got == want
+    assert replacement not in engine.pids()
+
+
+def test_a_dead_fork_server_is_replaced_when_a_process_starts(tmp_path):
+    """A fork server that refuses connections (dying, not yet reaped, as right after a
+    SIGKILL) is replaced, and the start succeeds; one that keeps dying ends the start with an
+    error naming it. In a fresh process, whose fork server this is."""
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent("""
+        import json, multiprocessing, os, socket, sys
+        from multiprocessing import forkserver
+        from zephon.engine import spawning
+
+        ctx = multiprocessing.get_context("forkserver")
+
+        def make():
+            here, there = ctx.Pipe()
+            return ctx.Process(target=spawning.adopt_environment, args=(None,)), here, there
+
+        first, _ = spawning.start_retrying(make, "first child")
+        first.proc.join()
+        old = forkserver._forkserver._forkserver_pid
+        refusing = os.path.join(sys.argv[1], "refusing.sock")
+        socket.socket(socket.AF_UNIX).bind(refusing)  # bound, never listening: refused
+        forkserver._forkserver._forkserver_address = refusing
+        child, _ = spawning.start_retrying(make, "second child")
+        child.proc.join()
+
+        def refused(fds):  # a fork server that dies again and again
+            raise ConnectionRefusedError(111, "Connection refused")
+
+        forkserver.connect_to_new_process = refused
+        try:
+            spawning.start_retrying(make, "third child")
+            error = None
+        except Exception as e:
+            error = f"{type(e).__name__}: {e}"
+        print(json.dumps({"exit": child.proc.exitcode, "old": old, "new":
+                          forkserver._forkserver._forkserver_pid,
+                          "old_alive": os.path.exists(f"/proc/{old}"), "error": error}))
+    """))
+    out = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True,
+                         text=True, timeout=120, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["exit"] == 0 and got["new"] != got["old"] and not got["old_alive"]
+    # and when no fork server will do, the start fails at once, saying what died
+    assert got["error"].startswith("ZephonError: zephon could not start the third child: its "
+                                   "fork server died 3 times in a row")
 
 
 def test_a_block_that_keeps_killing_workers_ends_the_run():

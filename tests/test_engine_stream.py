@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mmap
 import multiprocessing
+import time
 import warnings
 
 import engine_fakes as F
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from zephon import Pipeline
-from zephon.engine.coordinator import EngineConfig
+from zephon.engine.config import EngineConfig
 from zephon.options import RuntimeOptions
 from zephon.types import SampleBatch
 
@@ -58,6 +59,11 @@ CASES = {
                                              prefetch_batches=1),
     "threads-2": dict(num_workers=2, runner="threads"),
     "threads-3-tiny-queues": dict(num_workers=3, runner="threads", shm_slots=1),
+    # no read-ahead (the reference's prefetch_batches=0; below 0 acts the same)
+    "process-2-no-prefetch": dict(num_workers=2, prefetch_batches=0),
+    "process-2-row-groups-no-prefetch": dict(num_workers=2, row_groups=8, prefetch_batches=-1),
+    "threads-2-no-prefetch": dict(num_workers=2, runner="threads", prefetch_batches=0),
+    "inline-no-prefetch": dict(num_workers=0, prefetch_batches=0),
 }
 
 
@@ -69,7 +75,7 @@ def test_batches_identical_to_inline(case):
 
 
 @pytest.mark.parametrize("case", ["process-2", "process-2-tiny-queues", "threads-2",
-                                  "process-2-row-groups"])
+                                  "process-2-row-groups", "process-2-no-prefetch"])
 def test_records_identical_to_inline(case):
     got = [signature(u) for u in build(records=True, **CASES[case])]
     assert len(got) > 400
@@ -114,6 +120,32 @@ def test_batches_are_views_of_shared_memory():
     torch = pytest.importorskip("torch")
     t = torch.from_numpy(arr)
     assert t.data_ptr() == arr.ctypes.data  # still valid after the engine closed
+
+
+def test_no_prefetch_computes_each_batch_when_the_loop_asks(tmp_path):
+    """prefetch_batches=0: the serial stage (in the coordinator) makes the next batch only once
+    the loop has asked for it; the worker stage may still work ahead."""
+    log = tmp_path / "made"
+
+    def made() -> int:
+        return len(log.read_text()) if log.exists() else 0
+
+    for prefetch, ahead in ((0, 0), (8, None)):
+        log.unlink(missing_ok=True)
+        p = build(num_workers=2, prefetch_batches=prefetch).map_batch(F.CountBatches(str(log)))
+        it = iter(p)
+        got = [signature(next(it)) for _ in range(5)]
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:  # give the coordinator time to run ahead, if it may
+            time.sleep(0.05)
+        if ahead is not None:
+            assert made() == 5 + ahead
+        else:
+            assert made() > 5 + 5
+        got += [signature(u) for u in it]
+        assert len(got) == made() and len(got) > 40
+    # and the stream is the one any other setting gives
+    assert [signature(b) for b in build(num_workers=0).map_batch(F.CountBatches(str(log)))] == got
 
 
 def test_kept_batches_stay_intact_with_a_tiny_ring():
@@ -168,6 +200,9 @@ def test_environment_and_options_precedence(monkeypatch):
     opts.update(start_method="threads")
     with pytest.raises(ValueError, match="start_method"):
         EngineConfig.from_options(opts, 1)
+    below_zero = RuntimeOptions({"prefetch_batches": -3})  # the reference: no read-ahead, as 0
+    cfg = EngineConfig.from_options(below_zero, 1)
+    assert (cfg.prefetch, cfg.output_slots) == (0, 1)
     with pytest.raises(ValueError, match=r"options\(shm_slots=\.\.\.\) must be >= 1"):
         opts.update(start_method=None, shm_slots=0)  # refused when given (option_values.py)
     opts.update(start_method=None)

@@ -302,10 +302,10 @@ class Pipeline:
         return None if self._runtime is None else self._runtime.timing_snapshot("prefetch")
 
     def to_torch_dataset(self, stateful: bool = True) -> Any:
-        from zephon.engine.priming import prime
+        """An IterableDataset over this pipeline (``zephon/torch.py``); it does no work until
+        iterated (token-aware sources are primed then, as when iterating the pipeline)."""
         from zephon.torch import PipelineIterableDataset
 
-        prime(self)
         return PipelineIterableDataset(self, stateful=stateful)
 
     def to_indexable_torch_dataset(self) -> Any:

@@ -4,7 +4,8 @@ It is a process of its own (a child of the training process; the workers are its
 the serial operators (shuffle, mixture, packing, batch) are stateful Python and would otherwise
 compete with the training loop for the GIL, and the training process then does nothing but map
 finished frames. Finished units reach it through an output ring of ``prefetch_batches``
-slots; each descriptor says (slot, length), and the frame carries every unit's lane state.
+slots (``output_ring.py``); each descriptor says (slot, length), and the frame carries every
+unit's lane state.
 
 Order. ``LaneScheduler`` numbers every pointer block it issues with a global sequence number
 and keeps, per lane, the sequence numbers in lane order. A lane's runner pulls its next result
@@ -24,6 +25,8 @@ that the error raised is the one inline would raise (the first failing record).
 
 Faults. A dead worker's unfinished blocks are issued again (all their parts), with the same
 pointers; ``max_worker_retries`` deaths on one block end the run with an error naming it.
+A killed fork server (the helper that forks replacement workers) is replaced at the next start,
+and the workers it forked run on (``spawning.py``).
 An exception in an operator travels, packed with its traceback, to the point of the stream where
 the inline engine would have raised it, and from there to the training loop.
 """
@@ -34,15 +37,15 @@ import heapq
 import logging
 import multiprocessing
 import multiprocessing.connection as mpc
-import warnings
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from zephon.arrow_memory import use_decode_pool
 from zephon.engine import cleanup, metrics, shm, spawning, wire
+from zephon.engine.config import EngineConfig, mp_context, start_method  # noqa: F401
 from zephon.engine.lane import Prepared, held_by_op, pointer_end, round_robin_states
+from zephon.engine.output_ring import OutputRing
 from zephon.engine.ownership import Ownership, merge, same_columns
 from zephon.engine.worker import WorkerCrashedError, WorkerPool
 from zephon.ops.base import OpContext, StageInfo
@@ -50,62 +53,6 @@ from zephon.ops.base import OpContext, StageInfo
 log = logging.getLogger("zephon.engine")
 
 _PENDING = object()  # a part whose result has not arrived
-FRAME_UNITS = 64  # units per output frame at most: bounds what one held batch pins
-# Output slots start at most this large: a frame too big for one is split (and a single unit
-# grows its slot), whereas 8 slots of a worker's 8 MiB were 64 MiB of mapped memory, half of
-# W2's shared memory, for frames of batches that rarely pass 2 MiB.
-OUTPUT_SLOT_BYTES = 2 << 20
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    workers: int
-    deterministic: bool
-    prefetch: int  # output slots: frames between the coordinator and the training process
-    slots: int  # slots per worker
-    slot_bytes: int
-    start_method: str
-    log_level: str
-    max_retries: int
-    prefix: str = ""
-    parent: tuple[int, float] = (0, 0.0)
-    environment: dict | None = None  # the training process's, when the pipeline started
-
-    @property
-    def window(self) -> int:
-        return self.workers * self.slots
-
-    @classmethod
-    def from_options(cls, options, workers: int, **kw) -> EngineConfig:
-        get = options.get
-        values = {"workers": int(workers), "prefetch": int(get("prefetch_batches")),
-                  "slots": int(get("shm_slots")), "slot_bytes": int(get("shm_slot_bytes")),
-                  "max_retries": int(get("max_worker_retries"))}
-        for name, v in values.items():
-            if v < (0 if name == "max_retries" else 1):
-                raise ValueError(f"{name} must be >= 1, got {v}")
-        return cls(deterministic=bool(get("deterministic")),
-                   start_method=start_method(get("start_method")),
-                   log_level=str(get("log_level")).upper(), **values, **kw)
-
-
-def start_method(requested) -> str:
-    method = str(requested or "forkserver").lower()
-    if method == "fork":
-        warnings.warn("start_method='fork' is unsafe once threads exist (Arrow, torch and "
-                      "tokenizers start some); using 'forkserver'", RuntimeWarning, stacklevel=4)
-        method = "forkserver"
-    available = multiprocessing.get_all_start_methods()
-    if method not in ("forkserver", "spawn"):
-        raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {requested!r}")
-    return method if method in available else "spawn"
-
-
-def mp_context(method: str, preload: str):
-    ctx = multiprocessing.get_context(method)
-    if method == "forkserver":
-        ctx.set_forkserver_preload([preload])  # children fork from a server that imported it
-    return ctx
 
 
 # -- ordering ----------------------------------------------------------------------------------
@@ -244,62 +191,6 @@ class _Stop(BaseException):
     """The training process closed the engine (or died): unwind, whatever is running."""
 
 
-class OutputRing:
-    """Finished units to the training process, as frames in a pool of output slots.
-
-    Units are gathered until a frame has ``FRAME_UNITS`` or the coordinator is about to wait,
-    then written together: consecutive batches of one layout as one merged block (one Arrow
-    stream per frame rather than per batch: that is most of the per-batch cost), records and
-    lane ends as one pickled list. Each part's tag lists (lane, state[, rows]) per unit. A
-    frame too large for its slot is split in two; a single unit too large grows the slot.
-    """
-
-    def __init__(self, conn, cfg: EngineConfig, wait) -> None:
-        self.conn = conn
-        self.pool = shm.SlotPool(cfg.prefix, "o", cfg.prefetch,
-                                 min(cfg.slot_bytes, OUTPUT_SLOT_BYTES))
-        self.free = list(range(cfg.prefetch))
-        self.wait = wait
-        self.pending: list[tuple[int, object, object]] = []
-        self.held_fn = None  # set by the coordinator once its lanes exist
-        conn.send(("ready", self.pool.names))
-
-    def release(self, slots) -> None:
-        self.free.extend(slots)
-
-    def add(self, lane: int, unit, state) -> None:
-        """``unit`` None is a lane's end: it travels for the lane's final state only."""
-        self.pending.append((lane, unit, state))
-        if len(self.pending) >= FRAME_UNITS:
-            self.flush()
-
-    def flush(self) -> None:
-        units, self.pending = self.pending, []
-        if units:
-            self._write(units)
-
-    def _write(self, units: list) -> None:
-        parts = wire.unit_parts(units)
-        while not self.free:  # every slot is in flight or held: backpressure
-            self.wait()
-        slot, grown = self.free.pop(), None
-        writer = wire.FrameWriter(self.pool.view(slot))
-        while not all(writer.add(*part) for part in parts):
-            writer = None  # drop the view of a segment that may be replaced
-            if len(units) > 1:  # too big for one slot: two frames
-                self.free.append(slot)
-                half = len(units) // 2
-                self._write(units[:half])
-                self._write(units[half:])
-                return
-            grown = self.pool.grow(slot, wire.frame_size(*parts[0]))
-            writer = wire.FrameWriter(self.pool.view(slot))
-        delta = metrics.LOCAL.take_delta()
-        if self.held_fn is not None:
-            delta["held"] = self.held_fn()
-        self.conn.send(("frame", slot, writer.finish(), grown, delta))
-
-
 class Coordinator(LaneScheduler):
     def __init__(self, conn, lane_plan, cfg: EngineConfig, ops_blob: bytes) -> None:
         # a micro-batch goes out as one task per row-group owner (ownership.py), and the owners
@@ -319,7 +210,8 @@ class Coordinator(LaneScheduler):
                 "any_order": self.ownership is not None and self.ownership.any_order,
                 "slot_bytes": cfg.slot_bytes, "parent": cleanup.identity(),
                 "log_level": cfg.log_level, "workers": cfg.workers}
-        self.pool = WorkerPool(mp_context(cfg.start_method, "zephon.engine.worker"), spec,
+        ctx = mp_context(cfg.start_method, *spawning.preload("zephon.engine.worker"))
+        self.pool = WorkerPool(ctx, spec,
                                cfg.workers, cfg.max_retries, on_result=self._part_done,
                                on_failure=self._failed, on_lost=self._lost,
                                fork_first=cfg.start_method == "forkserver"
@@ -431,7 +323,7 @@ class Coordinator(LaneScheduler):
 
     def run(self) -> None:
         try:
-            for lane, unit, state in round_robin_states(self.runners):
+            for lane, unit, state in self.out.paced(round_robin_states(self.runners)):
                 self.out.add(lane, unit, state)
             self.out.flush()
             self.conn.send(("end", metrics.LOCAL.take_delta()))  # counts since the last frame
@@ -461,12 +353,18 @@ def coordinator_main(conn, lane_plan_blob: bytes, ops_blob: bytes, cfg: EngineCo
     coord: Coordinator | None = None
 
     def on_exit() -> None:
-        if coord is not None:
-            coord.pool.kill()
-        shm.unlink_created()
-        shm.sweep(cfg.prefix)
+        try:
+            if coord is not None:
+                coord.pool.kill()
+            shm.unlink_created()
+            shm.sweep(cfg.prefix)
+        finally:
+            spawning.remove_temp_dir(cfg.tempdir)  # ours to remove when the parent is gone
 
     spawning.adopt_environment(cfg.environment)  # before storage is opened or workers start
+    spawning.use_temp_dir(cfg.tempdir)
+    spawning.name_process("zephon-coord")
+    spawning.adopt_orphans()  # workers whose fork server is killed stay ours (spawning.py)
     leave = cleanup.init_child("coordinator", on_exit, cfg.log_level)
     log.debug("coordinator started: %d workers, start method %s", cfg.workers, cfg.start_method)
     try:

@@ -5,6 +5,8 @@ Through ``options(aggregate_store="torch://")`` (torch.distributed's key-value s
 initialised (``all_gather_object``, gloo or nccl), else through ``options(aggregate_dir=...)``
 (a shared folder or fsspec URL). With
 neither, a rank's checkpoint holds its own lanes and ``merge_checkpoints`` joins them later.
+Inside a DataLoader worker (``to_torch_dataset``) a checkpoint holds that worker's lanes: the
+loader (torchdata's ``StatefulDataLoader``) keeps one per worker and hands each back to its worker.
 """
 
 from __future__ import annotations
@@ -59,8 +61,8 @@ def _dist():
 
 def gather(local: dict, opts, topology, round_no: int) -> dict:
     """The merged checkpoint of all ranks (collective: every rank must call it)."""
-    if topology.world_size <= 1:
-        return local
+    if topology.world_size <= 1 or topology.loader_share is not None:
+        return local  # in a DataLoader worker: no collectives (its loader keeps each worker's)
     store = opts.get("aggregate_store")
     if store:  # chosen explicitly: the torch store, even when a process group exists
         from zephon.engine.store_gather import gather_store

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from zephon.engine.coordinator import OUTPUT_SLOT_BYTES
+from zephon.engine.output_ring import OUTPUT_SLOT_BYTES
 
 PROCESS_BYTES = 64 << 20  # one coordinator or worker interpreter (measured 40-60 MB PSS)
 MIN_RG_CACHE = 16 << 20   # a few row groups of 2 KB records

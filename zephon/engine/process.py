@@ -19,8 +19,10 @@ held as views at once; further frames are copied out and their slot is returned 
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
+import tempfile
 import uuid
 import warnings
 import weakref
@@ -31,12 +33,12 @@ import numpy as np
 import psutil
 
 from zephon.engine import cleanup, shm, spawning, wire
-from zephon.engine.coordinator import EngineConfig, coordinator_main, mp_context
+from zephon.engine.config import EngineConfig, mp_context
+from zephon.engine.coordinator import coordinator_main
 from zephon.engine.inline import InlineEngine
 from zephon.engine.lane import round_robin_states
 from zephon.engine.lane_plan import LanePlan
 from zephon.engine.threads import ThreadsBackend
-from zephon.engine.worker import describe_exit
 from zephon.ops.errors import ZephonError
 
 
@@ -86,6 +88,10 @@ class ProcessEngine:
         """Processes this engine started (coordinator first), for diagnostics and tests."""
         return self._backend.pids()
 
+    def processes(self) -> dict[str, list[int]]:
+        """The pids of this engine's processes by role (see ``CoordinatorClient.processes``)."""
+        return self._backend.processes() if hasattr(self._backend, "processes") else {}
+
     def close(self) -> None:
         self._backend.close()
 
@@ -116,26 +122,61 @@ class CoordinatorClient:
         self.copied: list[int] = []  # slots whose frame was copied out: free at once
         self.metric_deltas: list[dict] = []  # operator counters from coordinator and workers
         self.hold_limit = min(cfg.prefetch // 2, cfg.prefetch - 1)
+        # prefetch_batches=0: the one output slot goes back only when the loop asks for the
+        # unit after the frame's (the coordinator computes a unit per slot: output_ring.py)
+        self.on_demand = cfg.prefetch == 0
+        self.deferred: list[int] = []
+        # spawning.use_temp_dir; a short name: a fork server's socket path must fit 107 bytes
+        self.tempdir = tempfile.mkdtemp(prefix="zephon-")
+        cfg = dataclasses.replace(cfg, tempdir=self.tempdir)
         ctx = mp_context(cfg.start_method, "zephon.engine.coordinator")
         blobs = (cloudpickle.dumps(lane_plan), cloudpickle.dumps(lane_plan.plan.worker_ops))
-        self.conn, there = ctx.Pipe()
-        self.proc = ctx.Process(target=coordinator_main, args=(there, *blobs, cfg),
-                                name="zephon-coordinator", daemon=False)
+
+        def make():
+            here, there = ctx.Pipe()
+            proc = ctx.Process(target=coordinator_main, args=(there, *blobs, cfg),
+                               name="zephon-coordinator", daemon=False)
+            return proc, here, there
+
+        try:
+            self.child, self.conn = spawning.start_retrying(make, "zephon coordinator process")
+        except BaseException:
+            spawning.remove_temp_dir(self.tempdir)
+            raise
         cleanup.register(self)
         # an abandoned engine (iterator dropped without close) still releases everything
-        self._finalizer = weakref.finalize(self, _close_quietly, self.proc, self.conn,
-                                           self.prefix, self.owner)
-        try:
-            spawning.start(self.proc)
-        finally:
-            there.close()
+        self._finalizer = weakref.finalize(self, _close_quietly, self.child, self.conn,
+                                           self.prefix, self.tempdir, self.owner)
 
     def pids(self) -> list[int]:
         try:
-            p = psutil.Process(self.proc.pid)
+            p = psutil.Process(self.child.pid)
             return [p.pid] + [c.pid for c in p.children(recursive=True)]
         except psutil.Error:
             return []
+
+    def processes(self) -> dict[str, list[int]]:
+        """Pids by role: ``coordinator``; ``workers``; ``fork_server``, the coordinator's helper
+        that forks replacement workers (started with the first replacement); ``launcher``, this
+        process's fork server that started the coordinator (shared by its pipelines)."""
+        roles: dict[str, list[int]] = {"coordinator": [], "workers": [], "fork_server": [],
+                                       "launcher": []}
+        try:
+            coordinator = psutil.Process(self.child.pid)
+            tree = [coordinator, *coordinator.children(recursive=True)]
+        except psutil.Error:  # it has ended
+            tree = []
+        for p in tree:
+            try:
+                role = "coordinator" if p is tree[0] else _ROLES.get(p.name())
+                if role is not None and p.status() != psutil.STATUS_ZOMBIE:
+                    roles[role].append(p.pid)
+            except psutil.Error:  # ended meanwhile
+                pass
+        launcher = spawning.fork_server_pid() if self.child.via_server else None
+        if launcher is not None:
+            roles["launcher"].append(launcher)
+        return roles
 
     def items(self) -> Iterator[tuple[int, object, object]]:
         while True:
@@ -159,7 +200,7 @@ class CoordinatorClient:
         self._send_frees()
         if len(self.leases) >= self.hold_limit:
             root = wire.private_copy(root, length)
-            self.copied.append(slot)
+            (self.deferred if self.on_demand else self.copied).append(slot)
         else:
             self.leases.lend(root, slot)
         units = wire.units_from_parts(wire.read_frame(root))
@@ -177,6 +218,8 @@ class CoordinatorClient:
                 pass
 
     def _recv(self):
+        self.copied += self.deferred  # the loop asks for more: the coordinator may compute it
+        self.deferred = []
         while True:
             self._send_frees()  # a batch dropped meanwhile may be what the coordinator waits for
             if self.conn.poll(0.05):
@@ -184,11 +227,11 @@ class CoordinatorClient:
                     return self.conn.recv()
                 except (EOFError, OSError):
                     pass
-            elif self.proc.is_alive():
+            elif self.child.running():
                 continue
-            self.proc.join(1.0)
-            raise ZephonError(f"the zephon coordinator process ended unexpectedly "
-                              f"({describe_exit(self.proc.exitcode)})")
+            self.child.wait(1.0)
+            raise ZephonError(f"the zephon coordinator process ended unexpectedly (pid "
+                              f"{self.child.pid}, {self.child.exit_description()})")
 
     def close(self, fast: bool = False) -> None:
         if self.closed or os.getpid() != self.owner:
@@ -196,31 +239,30 @@ class CoordinatorClient:
         self.closed = True
         cleanup.unregister(self)
         self._finalizer.detach()
-        _close(self.proc, self.conn, self.prefix, grace=0.0 if fast else 5.0)
+        _close(self.child, self.conn, self.prefix, self.tempdir, grace=0.0 if fast else 5.0)
         self.slots = shm.SlotViews()  # mappings live on in the views the user still holds
 
 
-def _close(proc, conn, prefix: str, grace: float) -> None:
+_ROLES = {"zephon-worker": "workers", spawning.FORK_SERVER_NAME: "fork_server"}
+
+
+def _close(child: spawning.Child, conn, prefix: str, tempdir: str, grace: float) -> None:
     try:
         conn.send(("stop",))
     except (OSError, ValueError):
         pass
-    if proc.pid is not None:  # started
-        proc.join(grace)
-        if proc.is_alive():
-            proc.terminate()  # its SIGTERM handler kills the workers and unlinks
-            proc.join(2.0)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-    conn.close()
-    shm.sweep(prefix)  # what a killed coordinator or worker left named
+    try:
+        spawning.end_all([child], grace)  # SIGTERM: its handler kills the workers and unlinks
+        conn.close()
+    finally:
+        shm.sweep(prefix)  # what a killed coordinator or worker left named
+        spawning.remove_temp_dir(tempdir)
 
 
-def _close_quietly(proc, conn, prefix: str, owner: int) -> None:
+def _close_quietly(child: spawning.Child, conn, prefix: str, tempdir: str, owner: int) -> None:
     if os.getpid() != owner:
         return
     try:
-        _close(proc, conn, prefix, grace=1.0)
+        _close(child, conn, prefix, tempdir, grace=1.0)
     except Exception:  # interpreter shutdown: do what can be done
         pass

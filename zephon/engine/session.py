@@ -247,7 +247,10 @@ class Session:
 
         extra: dict[str, Any] = {"engine": self.kind, "workers": self.workers,
                                  "startup": self.startup, "priming": self.priming,
-                                 "memory": self.memory.report(tree_pss())}
+                                 "memory": self.memory.report(tree_pss()),
+                                 # pids by role
+                                 "processes": engine.processes() if hasattr(engine, "processes")
+                                 else {}}
         if self.tuner is not None:
             extra["autotune"] = self.tuner.describe()
         return obs.snapshot(extra)

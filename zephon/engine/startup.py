@@ -31,7 +31,7 @@ def warm_forkserver(requested_method) -> None:
     """Start the fork server now (it imports in the background) if the engine will use it."""
     from multiprocessing import forkserver
 
-    from zephon.engine.coordinator import mp_context, start_method
+    from zephon.engine.config import mp_context, start_method
 
     try:
         if start_method(requested_method) != "forkserver":

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 
-from zephon.engine.coordinator import EngineConfig, Failure, LaneScheduler
+from zephon.engine.config import EngineConfig
+from zephon.engine.coordinator import Failure, LaneScheduler
 from zephon.engine.lane import apply_ops, round_robin_states
 from zephon.engine.lane_plan import LanePlan
 from zephon.ops.base import OpContext, StageInfo

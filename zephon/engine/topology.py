@@ -9,6 +9,10 @@ from dataclasses import dataclass
 from zephon.option_values import check_int, parse_env_int
 from zephon.options import INT_OPTIONS, RuntimeOptions
 
+# key of ``RuntimeOptions.explicit`` set by the torch adapter in a DataLoader worker: (worker id,
+# number of workers). Not a user option: the worker iterates every n-th of the rank's lanes
+LOADER_SHARE = "_dataloader_share"
+
 
 @dataclass(frozen=True)
 class Topology:
@@ -19,6 +23,7 @@ class Topology:
     global_rank: int
     mapping_strategy: str
     owned_lanes: tuple[int, ...]
+    loader_share: tuple[int, int] | None = None  # (worker, workers) inside a DataLoader worker
 
 
 def _dist_identity() -> tuple[int, int, str]:
@@ -74,5 +79,9 @@ def resolve_topology(opts: RuntimeOptions) -> Topology:
     if L % dp_degree:
         warnings.warn(f"canonical_replicas={L} is not divisible by dp_degree={dp_degree}: "
                       "groups own unequal lane counts", stacklevel=3)
+    lanes = lanes_for_group(int(L), int(dp_degree), int(dp_group_id), strategy)
+    share = opts.explicit.get(LOADER_SHARE)
+    if share is not None:  # interleaved, so the DataLoader's rotation over its workers is ours
+        lanes = lanes[share[0]::share[1]]
     return Topology(int(L), int(dp_degree), int(dp_group_id), int(world_size), int(global_rank),
-                    strategy, lanes_for_group(int(L), int(dp_degree), int(dp_group_id), strategy))
+                    strategy, lanes, share)

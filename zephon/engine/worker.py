@@ -24,7 +24,6 @@ import multiprocessing
 import multiprocessing.connection as mpc
 import os
 import signal
-import time
 from collections import deque
 
 import numpy as np
@@ -32,6 +31,7 @@ import numpy as np
 from zephon.arrow_memory import use_decode_pool
 from zephon.engine import cleanup, metrics, shm, spawning, wire
 from zephon.engine.lane import apply_ops
+from zephon.engine.spawning import describe_exit  # noqa: F401  (its old home)
 from zephon.io import read_ahead
 from zephon.ops.base import OpContext, StageInfo
 from zephon.ops.errors import ZephonError
@@ -42,17 +42,6 @@ log = logging.getLogger("zephon.engine")
 
 class WorkerCrashedError(ZephonError):
     """A worker process died (signal, segfault, OOM kill) more often than retries allow."""
-
-
-def describe_exit(code: int | None) -> str:
-    if code is None:
-        return "did not exit"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
 
 
 # -- the worker process ------------------------------------------------------------------------
@@ -67,6 +56,7 @@ def worker_main(conn, spec: dict) -> None:
         if not cleanup.alive(spec["parent"]):  # orphaned: nobody else will sweep
             shm.sweep(spec["prefix"])
 
+    spawning.name_process("zephon-worker")
     shm.created.clear()  # a forked worker inherits the coordinator's list: not ours to unlink
     cleanup.watch(spec["parent"], cleanup.init_child(f"worker {index}", on_exit,
                                                      spec["log_level"]))
@@ -145,14 +135,16 @@ def _result(pool: shm.SlotPool, seq: int, slot: int, block) -> tuple:
 
 
 class _Worker:
-    __slots__ = ("index", "generation", "proc", "conn", "views", "free", "inflight", "ready",
-                 "queue")
+    __slots__ = ("index", "child", "conn", "views", "free", "inflight", "ready", "queue",
+                 "watch_sentinel")
 
-    def __init__(self, index: int, generation: int, proc, conn) -> None:
+    def __init__(self, index: int, child: spawning.Child, conn) -> None:
         self.index = index
-        self.generation = generation
-        self.proc = proc
+        self.child = child
         self.conn = conn
+        # False once the fork server that would report its exit has died: then only EOF on
+        # its pipe (it holds the only other end) says that it ended
+        self.watch_sentinel = True
         self.views = shm.SlotViews()
         self.free: list[int] = []
         self.inflight: dict[int, int] = {}  # slot -> task
@@ -176,6 +168,7 @@ class WorkerPool:
         self.max_retries = max_retries
         self.on_result, self.on_failure, self.on_lost = on_result, on_failure, on_lost
         self.early_deaths = [0] * count
+        self.starts = [0] * count  # per worker index: names its shared memory uniquely
         self.buffers = shm.PrivateBuffers(keep=count * spec["slots"])
         # results stay in their slot, as views, until the serial stage drops them; at most
         # slots - 1 per worker, so that every worker always has a slot to take new work
@@ -185,17 +178,20 @@ class WorkerPool:
         self.closed = False
         self.results_seen = False
         for i in range(count):
-            self.workers.append(self._start(i, 0))
+            self.workers.append(self._start(i))
 
-    def _start(self, index: int, generation: int) -> _Worker:
-        here, there = self.mpctx.Pipe()
-        spec = dict(self.spec, index=index, generation=generation)
-        forkable = self.fork is not None and cleanup.single_threaded()
-        proc = (self.fork if forkable else self.mpctx).Process(target=worker_main, args=(there, spec), daemon=True,
-                                  name=f"zephon-worker-{index}")
-        spawning.start(proc)
-        there.close()
-        return _Worker(index, generation, proc, here)
+    def _start(self, index: int) -> _Worker:
+        def make():
+            here, there = self.mpctx.Pipe()
+            spec = dict(self.spec, index=index, generation=self.starts[index])
+            self.starts[index] += 1
+            forkable = self.fork is not None and cleanup.single_threaded()
+            proc = (self.fork if forkable else self.mpctx).Process(
+                target=worker_main, args=(there, spec), daemon=True, name=f"zephon-worker-{index}")
+            return proc, here, there
+
+        child, here = spawning.start_retrying(make, f"worker {index}")
+        return _Worker(index, child, here)
 
     def has_free(self) -> bool:
         """Can one more task go out now: some worker has a slot that no queued task awaits."""
@@ -257,13 +253,13 @@ class WorkerPool:
     def wait(self, extra: list, timeout: float) -> list:
         """Handle what the workers sent or did; returns the ``extra`` objects that are ready."""
         by_conn = {w.conn: w for w in self.workers}
-        by_sentinel = {w.proc.sentinel: w for w in self.workers}
+        by_sentinel = {w.child.sentinel: w for w in self.workers if w.watch_sentinel}
         ready = mpc.wait([*by_conn, *by_sentinel, *extra], timeout)
         for r in ready:
             if r in by_conn:
                 self._drain(by_conn[r])
             elif r in by_sentinel:
-                self._died(by_sentinel[r])
+                self._exited(by_sentinel[r])
         self._reclaim()
         self._pump_all()  # slots freed by these results take the queued tasks
         return [r for r in ready if any(r is e for e in extra)]
@@ -313,6 +309,20 @@ class WorkerPool:
         elif tag == "fatal":  # the operators' setup failed: retrying will not help
             raise wire.RemoteError(msg[1])
 
+    def _exited(self, w: _Worker) -> None:
+        """Its sentinel fired: it ended, or (started through the fork server) that server did."""
+        if w.child.via_server:
+            self._drain(w)  # what it sent; EOF there if it is really gone
+            if self.workers[w.index] is not w:
+                return
+            if w.child.running():
+                w.watch_sentinel = False
+                log.warning("zephon: the fork server that started worker %d (pid %d) died; the "
+                            "worker runs on, and a new server starts the next replacement",
+                            w.index, w.child.pid)
+                return
+        self._died(w)
+
     @staticmethod
     def _free(w: _Worker, slot: int) -> None:
         del w.inflight[slot]
@@ -326,12 +336,11 @@ class WorkerPool:
                 self._message(w, w.conn.recv())
         except (EOFError, OSError):
             pass
-        w.proc.join(1.0)
-        if w.proc.is_alive():  # closed its pipe but hangs: make sure
-            w.proc.kill()
-            w.proc.join()
+        if not w.child.wait(1.0):  # closed its pipe but hangs: make sure
+            w.child.signal(signal.SIGKILL)
+            w.child.wait(5.0)
         w.conn.close()
-        why = describe_exit(w.proc.exitcode)
+        why = w.child.exit_description()
         lost = sorted(w.inflight.values())
         if not w.ready:
             self.early_deaths[w.index] += 1
@@ -340,8 +349,8 @@ class WorkerPool:
                     f"worker {w.index} died during start-up ({why}) "
                     f"{self.early_deaths[w.index]} times in a row")))
         log.warning("zephon: worker %d (pid %s) %s; starting a replacement, redoing %d "
-                    "micro-batch(es)", w.index, w.proc.pid, why, len(lost))
-        self.workers[w.index] = fresh = self._start(w.index, w.generation + 1)
+                    "micro-batch(es)", w.index, w.child.pid, why, len(lost))
+        self.workers[w.index] = fresh = self._start(w.index)
         fresh.queue = w.queue  # tasks not sent yet wait for the replacement
         if lost:
             self.on_lost(lost, why)
@@ -355,22 +364,14 @@ class WorkerPool:
                 w.conn.send(("stop",))
             except (OSError, ValueError):
                 pass
-        deadline = time.monotonic() + timeout
+        spawning.end_all([w.child for w in self.workers], timeout)
         for w in self.workers:
-            w.proc.join(max(0.0, deadline - time.monotonic()))
-        for w in self.workers:
-            if w.proc.is_alive():
-                w.proc.terminate()
-                w.proc.join(1.0)
-            if w.proc.is_alive():
-                w.proc.kill()
-                w.proc.join()
             w.conn.close()
 
     def kill(self) -> None:
         """Emergency stop (signal handler, parent gone): no waiting, no messages."""
         for w in list(self.workers):
             try:
-                os.kill(w.proc.pid, signal.SIGKILL)
+                os.kill(w.child.pid, signal.SIGKILL)
             except (OSError, TypeError):
                 pass

@@ -174,7 +174,8 @@ class PackOp(BaseOp):
                     segs.append(payloads[r])
                 else:
                     a = int(offsets[r] + bins.token_start[k])
-                    segs.append({field: values[a:a + int(bins.token_len[k])].tolist()})
+                    segs.append({field: values[a:a + int(bins.token_len[k])].tolist(),
+                                 **_aligned_slices(src, field, r, bins, k)})
             packed.append(self._merge(segs))
         if self.pack_payloads == "keep_list":
             try:
@@ -326,3 +327,24 @@ class PackLane(LaneAccumulator):
         self.consumed = np.asarray(state["consumed"], dtype=np.int64)
         self.next_id = int(state["next_id"])
         self.discarded = int(state["discarded"])
+
+
+def _aligned_slices(src: Block, field: str, r: int, bins: PackedBins, k: int) -> dict:
+    """Segment ``k``'s slice of every numeric list column of row ``r`` laid out element-wise
+    like the token field (a loss mask): a cut record keeps them, as pack_flat's rows do."""
+    out = {}
+    if not src.columnar:
+        return out
+    table = src.payload
+    for name in table.column_names:
+        typ = table.column(name).type
+        if name == field or name.startswith("__") or not (
+                pa.types.is_list(typ) or pa.types.is_large_list(typ)) or not (
+                pa.types.is_integer(typ.value_type) or pa.types.is_floating(typ.value_type)):
+            continue
+        row = table.column(name)[r].values
+        if len(row) != len(table.column(field)[r].values):
+            continue
+        a = int(bins.token_start[k])
+        out[name] = row.slice(a, int(bins.token_len[k])).to_pylist()
+    return out

@@ -37,7 +37,6 @@ from functools import lru_cache
 from typing import Any
 
 OPEN, CLOSE = "\ufdd0", "\ufdd1"
-_MARKERS = re.compile(f"([{OPEN}{CLOSE}])")
 _TAGGED = re.compile(r"\{%-?\s*generation\s*-?%\}")
 _MIN_JINJA = (3, 1, 6)  # older releases have known sandbox escapes; templates are untrusted
 DEFAULT_NOW = "2024-01-01T00:00:00"
@@ -205,19 +204,24 @@ def _unmarked(text: str, blocks: int) -> tuple[str, list[tuple[int, int]]]:
     if text.count(OPEN) != blocks or text.count(CLOSE) != blocks:
         raise TemplateRefused("it holds U+FDD0 or U+FDD1, noncharacters Zephon reserves to mark "
                               "generation spans")
-    pieces, spans, depth, length, start = [], [], 0, 0, 0
-    for piece in _MARKERS.split(text):
-        if piece == OPEN:
+    pieces, spans, depth, length, at, start = [], [], 0, 0, 0, 0
+    while True:  # two finds per marker: a few per conversation
+        o, c = text.find(OPEN, at), text.find(CLOSE, at)
+        if o < 0 and c < 0:
+            break
+        m = c if o < 0 or 0 <= c < o else o
+        pieces.append(text[at:m])
+        length += m - at
+        if m == o:
             depth += 1
             if depth == 1:
                 start = length
-        elif piece == CLOSE:
+        else:
             depth -= 1
             if depth == 0:
                 spans.append((start, length))
-        else:
-            pieces.append(piece)
-            length += len(piece)
+        at = m + 1
+    pieces.append(text[at:])
     return "".join(pieces), spans
 
 

@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from zephon import accounting
+from zephon._ext import kernel
 from zephon.block import Block, carry_hidden, list_array
 from zephon.chat.conversations import (
     ABSENT,
@@ -44,7 +45,6 @@ from zephon.chat.conversations import (
 )
 from zephon.chat.template import special_strings, template_for
 from zephon.ops.base import BaseOp, OpContext, OpTraits
-from zephon.ops.token_layout import truncate
 from zephon.ops.tokenizer_source import LoadedTokenizer, load
 
 SPAN_SOURCES = ("auto", "generation_tags", "prefix_diff")
@@ -322,9 +322,8 @@ class TokenizeChatOp(BaseOp):
             raise bad_conversation(block, problems, self.datasets, self.op_name, return_fix)
         if self.oversized == "truncate":
             accounting.count(self.op_name, "truncated", ds[over], lengths[over] - self.max_length)
-            new_off, ids = truncate(offsets, ids, self.max_length)
-            _, mask = truncate(offsets, mask, self.max_length)
-            return block, new_off, ids, mask
+            return (block, *_rows(offsets, (ids, mask), offsets[:-1],
+                                  np.minimum(lengths, self.max_length)))
         accounting.count(self.op_name, "oversized", ds[over], lengths[over])
         return _keep(block, offsets, ids, mask, ~over)
 
@@ -349,11 +348,15 @@ class TokenizeChatOp(BaseOp):
         return carry_hidden(block, Block(block.meta, pa.table(cols), block.lineage))
 
 
+def _rows(offsets, arrays, starts, lengths) -> tuple:
+    """(offsets, *arrays) of the ragged rows that start at ``starts`` with ``lengths``: one
+    kernel gather per array."""
+    out = [kernel("ragged").gather_ragged(a, starts, lengths) for a in arrays]
+    return (out[0][0], *(values for _, values in out))
+
+
 def _keep(block: Block, offsets, ids, mask, keep: np.ndarray) -> tuple:
     """The rows ``keep`` selects, of the block and of its ragged ids and mask."""
     rows = np.flatnonzero(keep)
-    lengths = np.diff(offsets)[rows]
-    new_off = np.zeros(len(rows) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=new_off[1:])
-    src = np.repeat(offsets[rows] - new_off[:-1], lengths) + np.arange(int(new_off[-1]))
-    return block.take(rows), new_off, ids[src], mask[src]
+    return (block.take(rows), *_rows(offsets, (ids, mask), offsets[rows],
+                                     np.diff(offsets)[rows]))

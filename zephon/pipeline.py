@@ -127,6 +127,37 @@ class Pipeline:
         op = TokenizeOp(tokenizer, tokenizer_id, field=field, **kw).named_by(self.work_source)
         return self._append(op)
 
+    def tokenize_chat(self, tokenizer: Any = None, tokenizer_id: str | None = None, *,
+                      eos_token: str | None = None, field: str = "messages",
+                      max_length: int | None = None, chat_template: Any = None,
+                      apply_chat_template: bool = True, span_source: str = "auto",
+                      loss_on_last_turn_only: bool = False, loss_scope: str = "all_assistant",
+                      chat_template_kwargs: Mapping[str, Any] | None = None,
+                      tools_field: str | None = "tools",
+                      enable_thinking_field: str | None = "enable_thinking",
+                      mask_field_out: str = "loss_mask", preserve_upstream_payload: bool = False,
+                      oversized: str = "error", on_bad_record: str = "raise",
+                      placement: str = "auto", parallelism: int | None = None) -> Pipeline:
+        """Conversations -> token ids and a per-token ``loss_mask`` (1 on what the assistant
+        generates), with the tokenizer's chat template or ``chat_template=``; spans from
+        ``{% generation %}`` tags, else checked prefix diffs (``span_source``). Conversations
+        over ``max_length`` raise, or are truncated / dropped and counted (``oversized``); bad
+        ones raise a ``DataError`` or are skipped and counted (``on_bad_record``). The rules:
+        ``zephon.ops.tokenize_chat``."""
+        from zephon.ops.tokenize_chat import TokenizeChatOp
+
+        op = TokenizeChatOp(
+            tokenizer, tokenizer_id, eos_token=eos_token, field=field, max_length=max_length,
+            chat_template=chat_template, apply_chat_template=apply_chat_template,
+            span_source=span_source, loss_on_last_turn_only=loss_on_last_turn_only,
+            loss_scope=loss_scope,
+            chat_template_kwargs=dict(chat_template_kwargs) if chat_template_kwargs else None,
+            tools_field=tools_field, enable_thinking_field=enable_thinking_field,
+            mask_field_out=mask_field_out, preserve_upstream_payload=preserve_upstream_payload,
+            oversized=oversized, on_bad_record=on_bad_record, parallelism=parallelism,
+            placement=placement)
+        return self._append(op.named_by(self.work_source))
+
     def shuffle(self, buffer_size: int | None = None, *, seed: int = 0,
                 algorithm: str = "streaming", warmup_growth: float = 1.5,
                 placement: str = "auto", parallelism: int | None = None) -> Pipeline:
@@ -146,7 +177,7 @@ class Pipeline:
             self.work_source, max_buffer_size=max_buffer_size,
             drain_target_ratio=drain_target_ratio, obsolete_drain_rate=obsolete_drain_rate,
             weight_by=weight_by, warn_tolerance=warn_tolerance, mixture=mixture,
-            tokenized=any(o.op_name == "tokenize" for o in self._ops)))
+            tokenized=any(o.op_name in ("tokenize", "tokenize_chat") for o in self._ops)))
 
     def pack_flat(self, max_length: int, **kw: Any) -> Pipeline:
         from zephon.ops.pack import PackOp

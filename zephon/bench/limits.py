@@ -79,6 +79,10 @@ def memcpy(params: BenchParams, n: int = 16_000_000) -> dict:
 
 def run_limit(corpus: Corpus, workload: str, fmt: str, params: BenchParams) -> dict:
     """One run of ``workload``'s limit."""
+    if workload == "W5":
+        from zephon.bench.chat import tokenizer_alone as chat_tokenizer_alone
+
+        return chat_tokenizer_alone(corpus, params)
     if workload == "W1":
         return raw_read(corpus, fmt, params)
     if workload == "W2":

@@ -16,7 +16,7 @@ class BenchParams:
     shards: int = 20
     repeats: int = 5
     seconds: float = 4.0             # steady state measured by one run
-    w2_seconds: float = 8.0          # W2's: its bursts are long and, with workers, irregular
+    w2_seconds: float = 8.0          # W2's (and W5's): long, irregular bursts with workers
     shuffle_buffer: int = 8192       # W2/W3 shuffle buffer, in documents
     w3_batches: int = 50             # W3: batches delivered before the checkpoint
     first_workers_only: tuple[str, ...] = ()  # workloads run at the first worker count only
@@ -36,7 +36,7 @@ class BenchParams:
         return asdict(self)
 
     def seconds_for(self, workload: str) -> float:
-        return self.w2_seconds if workload in ("W2", "W3") else self.seconds
+        return self.w2_seconds if workload in ("W2", "W3", "W5") else self.seconds
 
 
 FULL = BenchParams()

@@ -7,7 +7,9 @@ plain torch DataLoader doing the same work with the same number of workers, and 
 limits (pyarrow's raw read, the tokenizer alone, memcpy). Workloads: W1 fetch + batch(32);
 W2 tokenize -> shuffle -> pack_flat(2049, best_fit) -> batch(8); W3 checkpoint and restore of
 W2 (plus a sweep of checkpoint size over chunk sizes and training lengths); W4 pack + batch(8)
-over pre-tokenized Parquet (plus the padding fraction of each packer).
+over pre-tokenized Parquet (plus the padding fraction of each packer); W5 supervised
+fine-tuning: tokenize_chat (assistant-only loss) -> pack 2049 -> batch(8), against TRL's data
+path, a hand-written DataLoader and the tokenizer alone (``zephon/bench/chat.py``).
 """
 
 from __future__ import annotations

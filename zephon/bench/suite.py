@@ -20,14 +20,16 @@ from zephon.bench.params import BenchParams
 from zephon.bench.reference import run_reference
 from zephon.bench.torch_baseline import run_torch
 
-WORKLOADS = ("W1", "W2", "W3", "W4")
-SYSTEMS = ("zephon", "reference-0.2.0", "torch-dataloader", "limit")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5")
+SYSTEMS = ("zephon", "reference-0.2.0", "torch-dataloader", "trl", "limit")
 REFERENCE = "reference-0.2.0"
 
 
 def formats_of(workload: str, params: BenchParams) -> tuple[str, ...]:
     if workload == "W1":
         return params.formats
+    if workload == "W5":
+        return ("jsonl",)  # conversations
     return ("tokenized",) if workload == "W4" else (params.w2_format,)
 
 
@@ -63,6 +65,15 @@ def one_run(corpus: Corpus, workload: str, fmt: str, workers: int, system: str,
             p: BenchParams, fold_w3: bool = False) -> dict:
     """One run of an in-process system (zephon, torch-dataloader, limit) on W1, W2 or W4;
     ``fold_w3``: a W2 run of ours ends with W3's checkpoint and restore."""
+    if system == "trl" and workload != "W5":
+        return {"error": "not applicable: TRL is compared on supervised fine-tuning (W5)"}
+    if workload == "W5" and system != "zephon":
+        from zephon.bench import chat
+
+        run = {"trl": chat.run_trl, "torch-dataloader": chat.run_hand}.get(system)
+        if run is None:
+            return _attempt(lambda: limits.run_limit(corpus, workload, fmt, p))
+        return _attempt(lambda: run(corpus, workers, p))
     if system == "zephon":
         return _attempt(lambda: workloads.run_ours(corpus, workload, fmt, workers, p,
                                                    checkpoint=fold_w3 and workload == "W2"))
@@ -81,7 +92,7 @@ def w3_runs(cells: list[dict], corpus: Corpus, fmt: str, workers: int, system: s
         return next((c for c in cells if (c["workload"], c["format"], c["workers"], c["system"])
                      == (w, fmt, workers, s)), None)
 
-    if system == "torch-dataloader":
+    if system in ("torch-dataloader", "trl"):
         return [{"error": "not applicable: a DataLoader has no checkpoint of its position"}]
     if system == "limit":
         ours = cell("W3", "zephon")
@@ -129,7 +140,7 @@ def summarise(workload: str, fmt: str, workers: int, system: str, runs: list[dic
             e["restore_exact"] = all(r.get("restore_exact") for r in ok)
     if workload == "W2" and system != "limit":
         e["pss_peak_bytes"] = med("pss_peak_bytes")
-    if workload in ("W2", "W4") and system != "limit":
+    if workload in ("W2", "W4", "W5") and system not in ("limit", "trl"):
         fr = [workloads.padding_fraction(r) for r in ok]
         fr = [f for f in fr if f is not None]
         e["padding_fraction"] = statistics.median(fr) if fr else None
@@ -163,7 +174,10 @@ def collect(corpus: Corpus, p: BenchParams, workers: list[int], wl: list[str],
                 fold = w == "W2" and "W3" in wl and ("W3" not in p.first_workers_only
                                                      or k == workers[0])
                 runs: dict[str, list[dict]] = {s: [] for s in systems}
-                if REFERENCE in systems:
+                if REFERENCE in systems and w == "W5":
+                    runs[REFERENCE] = [{"error": "not measured: the reference's client does "
+                                        "not drive tokenize_chat"}]
+                elif REFERENCE in systems:
                     cfg = {**_ref_cfg(corpus, w, fmt, k, p), "checkpoint": fold}
                     runs[REFERENCE] = run_reference(cfg, p.ref_timeout_s)
                 local = [s for s in systems if s != REFERENCE]

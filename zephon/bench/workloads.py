@@ -2,7 +2,8 @@
 
 W1 fetch + batch(32); W2 tokenize -> shuffle -> pack_flat(2049, best_fit) -> batch(8);
 W3 (see ``checkpoints.py``) checkpoint and restore of the W2 pipeline; W4 pack_flat + batch(8)
-over pre-tokenized Parquet. Datasets repeat, so a run can ask for more than one pass.
+over pre-tokenized Parquet; W5 (see ``chat.py``) tokenize_chat -> pack_flat(2049) -> batch(8)
+over conversations. Datasets repeat, so a run can ask for more than one pass.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ MAX_LENGTH = 2049
 # cap it well below the corpus, as training on a corpus larger than memory would see, and start
 # with it empty.
 RG_CACHE_BYTES = 16 << 20
-UNITS = {"W1": "records", "W2": "tokens", "W3": "seconds", "W4": "tokens"}
+UNITS = {"W1": "records", "W2": "tokens", "W3": "seconds", "W4": "tokens", "W5": "tokens"}
 
 
 def build(corpus: Corpus, workload: str, fmt: str, workers: int, params: BenchParams, *,
@@ -34,6 +35,10 @@ def build(corpus: Corpus, workload: str, fmt: str, workers: int, params: BenchPa
     from zephon.io import Dataset
     from zephon.work import MixtureSpec, StaticMixtureWorkSource
 
+    if workload == "W5":
+        from zephon.bench.chat import build_ours
+
+        return build_ours(corpus, workers, params, chunk_size=chunk_size)
     source_fmt = "tokenized" if workload == "W4" else fmt
     datasets = [Dataset.from_path(name, path) for name, path in corpus.datasets(source_fmt)]
     ws = StaticMixtureWorkSource(datasets=datasets, mixture=MixtureSpec(corpus.mixture), seed=42,

@@ -47,12 +47,13 @@ from zephon.ops.decode_text import DecodeTextOp
 from zephon.ops.fetch import FetchOp, shard_runs
 from zephon.ops.map_transform import MapTransformOp
 from zephon.ops.tokenize import TokenizeOp
+from zephon.ops.tokenize_chat import TokenizeChatOp
 
 # a shard whose row groups are unknown (remote, not in the node cache yet) is looked up again
 # every this many blocks that read it: once a worker has downloaded it, its row groups get owners
 ASK_AGAIN = 8
 # built-in operators that handle each record on its own: order within a call cannot matter
-_RECORD_BY_RECORD = (DecodeTextOp, MapTransformOp, TokenizeOp)
+_RECORD_BY_RECORD = (DecodeTextOp, MapTransformOp, TokenizeOp, TokenizeChatOp)
 # row groups whose owner is remembered; past that the least recently seen are forgotten (one
 # seen again gets an owner anew, which may cost its decode in a second worker)
 TRACKED_GROUPS = 1 << 16

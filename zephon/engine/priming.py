@@ -37,8 +37,10 @@ from zephon.engine.token_sampling import measure
 from zephon.ops.decode_text import DecodeTextOp
 from zephon.ops.map_transform import MapTransformOp
 from zephon.ops.tokenize import TokenizeOp
+from zephon.ops.tokenize_chat import TokenizeChatOp
 from zephon.work.token_estimation import mean_bytes_per_sample
 
+_TOKENIZERS = (TokenizeOp, TokenizeChatOp)  # what priming measures through (the first one)
 log = logging.getLogger("zephon")
 CACHE_VERSION = 1
 
@@ -109,14 +111,15 @@ def describe(pipeline) -> str | None:
 
 
 def _tokenize_index(ops: list, te) -> int | None:
-    tok_i = next((i for i, o in enumerate(ops) if isinstance(o, TokenizeOp)), None)
-    if sum(isinstance(o, TokenizeOp) for o in ops) > 1:
+    tok_i = next((i for i, o in enumerate(ops) if isinstance(o, _TOKENIZERS)), None)
+    if sum(isinstance(o, _TOKENIZERS) for o in ops) > 1:
         warnings.warn("token-aware mixture: several tokenize operators; priming uses the first",
                       stacklevel=4)
     if te.measure is None:
         if tok_i is None:
-            raise ValueError("a token-aware work source needs a tokenize operator (or "
-                             "TokenEstimation(measure=...) or pinned primer ratios)")
+            raise ValueError("a token-aware work source needs a tokenize or tokenize_chat "
+                             "operator (or TokenEstimation(measure=...) or pinned primer "
+                             "ratios)")
         bad = [o.op_name for o in ops[:tok_i] if not calibration_replayable(o)]
         if bad:
             raise ValueError(f"cannot measure tokens per byte through {bad}: pin the ratios "

@@ -57,10 +57,13 @@ def _per_pointer(block: Block | None, n: int, values: np.ndarray | None) -> np.n
     return np.bincount(block.meta["chunk_offset"], weights=values, minlength=n)[:n]
 
 
-def _lengths(block: Block | None, field: str | None) -> np.ndarray | None:
-    """UTF-8 bytes of the tokenized field per record (None: no text column to lean on)."""
+def _lengths(block: Block | None, field) -> np.ndarray | None:
+    """UTF-8 bytes of the tokenized field per record (None: no text column to lean on);
+    ``field`` may be the operator's own measure of them (tokenize_chat's ``text_bytes``)."""
     if block is None or not len(block):
         return np.zeros(0)
+    if callable(field):
+        return field(block)
     if field is None or not block.columnar or field not in block.payload.column_names:
         return None
     col = block.payload.column(field)
@@ -89,7 +92,8 @@ def measure(ds, d: int, fetch, pre: list, tok, te, show: bool = False) -> cal.Es
     many scanned records (phase A) and the tokens of a few of them (phase B)."""
     seed, taken = _seed(ds), set()
     ids, counts, n_shards = ds.ids(), ds.counts(), _n_shards(ds, te)
-    field = getattr(tok, "field", None) if te.measure is None else None
+    field = (getattr(tok, "text_bytes", None) or getattr(tok, "field", None)) \
+        if te.measure is None else None
     # every shard keeps its records apart (JSONL lines): their stored sizes are known
     known = (mean_bytes_per_sample(ds) if field is not None and set(ds.formats()) == {"jsonl"}
              else None)

@@ -190,8 +190,9 @@ class PackOp(BaseOp):
                                        isinstance(v, (str, bytes)) and len(v) == size else v)
                                  for key, v in payloads[r].items()})
                 else:
-                    a += int(offsets[r])
-                    segs.append({field: values[a:a + n].tolist()})
+                    start = int(offsets[r]) + a
+                    segs.append({field: values[start:start + n].tolist(),
+                                 **_aligned_slices(src, field, r, bins, k)})
             packed.append(self._merge(segs))
         if self.pack_payloads == "keep_list":
             try:
@@ -373,3 +374,24 @@ def _check_token_ranges(op: PackOp, state: dict, held: Block | None) -> None:
                 if row >= len(ids) or ids[row] != s[0] or s[1] + s[2] > lengths[row]:
                     where = f"packers[{g}].{kind}[{i}]" + ("" if j is None else f"[{j}]")
                     raise CheckpointError(where, "a token range outside its record")
+
+
+def _aligned_slices(src: Block, field: str, r: int, bins: PackedBins, k: int) -> dict:
+    """Segment ``k``'s slice of every numeric list column of row ``r`` laid out element-wise
+    like the token field (a loss mask): a cut record keeps them, as pack_flat's rows do."""
+    out = {}
+    if not src.columnar:
+        return out
+    table = src.payload
+    for name in table.column_names:
+        typ = table.column(name).type
+        if name == field or name.startswith("__") or not (
+                pa.types.is_list(typ) or pa.types.is_large_list(typ)) or not (
+                pa.types.is_integer(typ.value_type) or pa.types.is_floating(typ.value_type)):
+            continue
+        row = table.column(name)[r].values
+        if len(row) != len(table.column(field)[r].values):
+            continue
+        a = int(bins.token_start[k])
+        out[name] = row.slice(a, int(bins.token_len[k])).to_pylist()
+    return out

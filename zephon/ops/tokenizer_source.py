@@ -178,6 +178,11 @@ class LoadedTokenizer:
             self._fallback = None
             self._tok = backend if backend is not None else _backend(spec.payload)
 
+    @property
+    def backend(self) -> Any:
+        """The ``tokenizers.Tokenizer`` (None for the fallback tokenizer)."""
+        return self._tok
+
     def encode(self, texts: list[str], add_special_tokens: bool = False) -> tuple[np.ndarray, np.ndarray]:
         if self._fallback is not None:
             offsets, values = self._fallback.encode_batch(texts)

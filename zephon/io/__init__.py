@@ -5,14 +5,14 @@ See ``docs/INTERNALS.md`` for the contract the engine relies on.
 """
 
 from zephon.block import NotColumnar
-from zephon.io.cache import ShardCache
+from zephon.io.ahead.prefetch import ShardPrefetcher
+from zephon.io.catalog.index_file import build_index
 from zephon.io.dataset import Dataset
 from zephon.io.errors import DataError, ShardMissingError
-from zephon.io.index_file import build_index
-from zephon.io.memory import InMemoryShard
+from zephon.io.formats.memory import InMemoryShard
+from zephon.io.formats.records import payloads_from_table, sparse_columns
 from zephon.io.options import CacheOptions, ParquetRGCacheOptions, StoreOptions, parse_size_bytes
-from zephon.io.prefetch import ShardPrefetcher
-from zephon.io.records import payloads_from_table, sparse_columns
+from zephon.io.storage.cache import ShardCache
 
 __all__ = [
     "CacheOptions",

@@ -17,25 +17,26 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from zephon.io import download_ahead, fetch_timing, read_ahead
-from zephon.io.bad_records import BAD_RECORD_POLICIES
-from zephon.io.confine import check_local_link
-from zephon.io.discovery import Catalog, discover
-from zephon.io.index_file import read_index
-from zephon.io.jsonl import JsonlShardReader
-from zephon.io.lines import compression_of
-from zephon.io.local_copy import (
+from zephon.io import fetch_timing
+from zephon.io.ahead import download_ahead, read_ahead
+from zephon.io.catalog.confine import check_local_link
+from zephon.io.catalog.discovery import Catalog, discover
+from zephon.io.catalog.index_file import read_index
+from zephon.io.catalog.shard_stats import parquet_group_starts
+from zephon.io.formats.bad_records import BAD_RECORD_POLICIES
+from zephon.io.formats.jsonl_lines import compression_of
+from zephon.io.formats.jsonl_reader import JsonlShardReader
+from zephon.io.formats.memory import InMemoryShard, MemoryShardReader, memory_shards
+from zephon.io.formats.parquet_reader import ParquetShardReader
+from zephon.io.options import StoreOptions, resolve_store
+from zephon.io.storage.local_copy import (
     Resources,
     ShardRef,
     local_jsonl,
     local_parquet,
     remote_jsonl_index,
 )
-from zephon.io.memory import InMemoryShard, MemoryShardReader, memory_shards
-from zephon.io.options import StoreOptions, resolve_store
-from zephon.io.parquet import ParquetShardReader
-from zephon.io.shard_stats import parquet_group_starts
-from zephon.io.storage import Location
+from zephon.io.storage.location import Location
 
 __all__ = ["Dataset"]
 
@@ -102,11 +103,11 @@ class Dataset:
 
         ``fmt``: ``"jsonl"`` or ``"parquet"`` reads only the shards of that format; None reads
         every shard in the format its name says, so a root may hold both (``fmt`` is then
-        ``"mixed"``; formats.py). ``storage_options`` go to the fsspec filesystem.
-        ``on_bad_record``: ``"raise"`` or ``"skip"`` an undecodable JSONL line (bad_records.py).
+        ``"mixed"``; formats/classify.py). ``storage_options`` go to the fsspec filesystem.
+        ``on_bad_record``: ``"raise"`` or ``"skip"`` an undecodable JSONL line (formats/bad_records.py).
         Raises FileNotFoundError for a missing path, ValueError for a path with no recognised
         shards, an unsupported format or an empty dataset, DataError for a shard name outside
-        the root (confine.py).
+        the root (catalog/confine.py).
         """
         location = Location(os.fspath(path), dict(storage_options or {}))
         runtime = _Runtime(None)
@@ -291,7 +292,7 @@ class Dataset:
 
     def _after_open(self, rt: _Runtime, sid: int) -> None:
         """Two shards opened one after the other in catalog order: download the next
-        ``download_ahead.SHARDS`` while this one is read (download_ahead.py). One open alone
+        ``download_ahead.SHARDS`` while this one is read (ahead/download_ahead.py). One open alone
         is no pattern: a look at the first shard (the inspector) must not fetch the next."""
         pos = self._pos[sid]
         prev, rt.last_opened = rt.last_opened, pos
@@ -346,9 +347,9 @@ class Dataset:
 
     def read_ahead(self, shard_id: int, rows: np.ndarray) -> None:
         """A hint that ``rows`` (any order) of a shard are read next: a remote shard that
-        opening would download whole starts downloading (``zephon/io/download_ahead.py``); a
+        opening would download whole starts downloading (``zephon/io/ahead/download_ahead.py``); a
         local Parquet shard starts decoding its first row groups on the read-ahead thread
-        (``zephon/io/read_ahead.py``); anything else ignores it. Never changes what a read
+        (``zephon/io/ahead/read_ahead.py``); anything else ignores it. Never changes what a read
         returns."""
         if self._memory is not None:
             return
@@ -393,7 +394,7 @@ class Dataset:
         return self._reader(shard_id).record_bytes(np.asarray(rows, dtype=np.int64))
 
     def bad_rows(self, shard_id: int, rows: np.ndarray | Sequence[int]) -> np.ndarray:
-        """Which of ``rows`` (bool mask) cannot be decoded at all (bad_records.py); only JSONL
+        """Which of ``rows`` (bool mask) cannot be decoded at all (formats/bad_records.py); only JSONL
         lines can be."""
         rows = np.asarray(rows, dtype=np.int64)
         if self._memory is not None or self.shard_format(shard_id) != "jsonl":

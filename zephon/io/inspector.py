@@ -2,7 +2,7 @@
 
 ``inspect`` shows every format of the root (shards and rows of each, a few rows of the first
 shard of each) and the files it does not read: those that look like data and the rest
-(formats.py)."""
+(formats/classify.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from zephon.io.catalog.discovery import root_files
 from zephon.io.dataset import Dataset
-from zephon.io.discovery import root_files
-from zephon.io.formats import classify
+from zephon.io.formats.classify import classify
 from zephon.io.options import StoreOptions
 
 __all__ = ["DatasetInspector", "inspect_main"]

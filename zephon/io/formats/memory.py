@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from zephon.io.records import table_from_dicts
+from zephon.io.formats.records import table_from_dicts
 
 __all__ = ["InMemoryShard", "MemoryShardReader"]
 

@@ -16,15 +16,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephon.io.errors import DataError
-from zephon.io.lines import compression_of, decoded_reader, scan_stream
-from zephon.io.local_copy import (
+from zephon.io.formats.jsonl_lines import compression_of, decoded_reader, scan_stream
+from zephon.io.formats.parquet_reader import group_starts
+from zephon.io.storage.local_copy import (
     Resources,
     ShardRef,
     cached_parquet,
     local_jsonl,
     missing_as_shard_error,
 )
-from zephon.io.parquet import group_starts
 
 __all__ = ["ShardStats", "jsonl_stats", "parquet_group_starts", "parquet_stats", "shard_stats"]
 

@@ -9,7 +9,7 @@ Written by ``build_index`` / ``python -m zephon build-index {jsonl|parquet|auto}
 ``"auto"`` indexes every shard of the root, each in the format its name says; the tag is then
 that format, or ``"mixed"``. An index of one format is refused for a root that also holds
 shards of another: discovery trusts an index without listing the root, so those would never
-be read. Every name read from an index must lie inside the root (confine.py).
+be read. Every name read from an index must lie inside the root (catalog/confine.py).
 
 Reading also accepts third-party indexes (Spark/Ray writers) with the usual field spellings
 (``path``/``basename``, ``num_rows``/``samples``, ``size``/``num_bytes``).
@@ -24,13 +24,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from zephon.io.confine import confined_name
+from zephon.io.catalog.confine import confined_name
+from zephon.io.catalog.shard_stats import ShardStats, shard_stats
 from zephon.io.errors import DataError
-from zephon.io.formats import MIXED, SUPPORTED, classify
-from zephon.io.local_copy import Resources, ShardRef
+from zephon.io.formats.classify import MIXED, SUPPORTED, classify
 from zephon.io.options import resolve_store
-from zephon.io.shard_stats import ShardStats, shard_stats
-from zephon.io.storage import Location
+from zephon.io.storage.local_copy import Resources, ShardRef
+from zephon.io.storage.location import Location
 
 __all__ = ["INDEX_NAME", "IndexEntry", "build_index", "main", "read_index", "index_entries"]
 

@@ -7,7 +7,7 @@ copy (see cache.py for the locking and the check records).
 
 What is fetched is checked before the cache keeps it, and refusals that retrying cannot cure are
 raised at once, named (fetch_checks.py). A cached line index is used only if it fits the file it
-indexes (lines.py).
+indexes (formats/jsonl_lines.py).
 """
 
 from __future__ import annotations
@@ -25,10 +25,8 @@ from typing import Any
 import numpy as np
 
 from zephon.io import fetch_timing
-from zephon.io.cache import ShardCache, cache_for, entry_key
 from zephon.io.errors import ShardMissingError
-from zephon.io.fetch_checks import Part, Source, refusals, store_md5
-from zephon.io.lines import (
+from zephon.io.formats.jsonl_lines import (
     compression_of,
     decoded_reader,
     load_or_build,
@@ -37,7 +35,9 @@ from zephon.io.lines import (
     scan_stream,
 )
 from zephon.io.options import ResolvedStore
-from zephon.io.storage import Location, with_retries
+from zephon.io.storage.cache import ShardCache, cache_for, entry_key
+from zephon.io.storage.fetch_checks import Part, Source, refusals, store_md5
+from zephon.io.storage.location import Location, with_retries
 
 __all__ = ["Resources", "ShardRef", "local_jsonl", "local_parquet", "remote_jsonl_index"]
 

@@ -23,14 +23,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephon.block import take_table
-from zephon.io import read_ahead
+from zephon.io.ahead import read_ahead
 from zephon.io.errors import DataError
-from zephon.io.local_copy import Resources, ShardRef, cached_parquet, local_parquet
+from zephon.io.storage.local_copy import Resources, ShardRef, cached_parquet, local_parquet
 from zephon.payload_values import mark, payload_rows
 
 __all__ = ["ParquetShardReader", "RowGroupCache", "row_group_cache"]
 
-READ_AHEAD = 2  # row groups decoded ahead of a forward-moving reader (see read_ahead.py)
+READ_AHEAD = 2  # row groups decoded ahead of a forward-moving reader (see ahead/read_ahead.py)
 
 
 class RowGroupCache:

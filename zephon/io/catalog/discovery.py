@@ -6,8 +6,8 @@ workers never list or count again. With an ``index.json`` the catalog comes from
 by line-indexing every shard (the indexes and decoded copies are kept for the first reads),
 Parquet from the footers.
 
-Each shard has its own format (formats.py): a root holding JSONL and Parquet shards is read
-whole. Every name, listed or from the index, must resolve inside the root (confine.py).
+Each shard has its own format (formats/classify.py): a root holding JSONL and Parquet shards is read
+whole. Every name, listed or from the index, must resolve inside the root (catalog/confine.py).
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from zephon.io.confine import check_local_link, confined_name
-from zephon.io.formats import (
+from zephon.io.catalog.confine import check_local_link, confined_name
+from zephon.io.catalog.index_file import INDEX_NAME, IndexEntry, index_entries, read_index
+from zephon.io.catalog.shard_stats import shard_stats
+from zephon.io.formats.classify import (
     MIXED,
     SUPPORTED,
     check_format,
@@ -30,10 +32,8 @@ from zephon.io.formats import (
     detect_from_index,
     format_of,
 )
-from zephon.io.index_file import INDEX_NAME, IndexEntry, index_entries, read_index
-from zephon.io.local_copy import Resources, ShardRef
-from zephon.io.shard_stats import shard_stats
-from zephon.io.storage import Location, ObjectInfo, version_of
+from zephon.io.storage.local_copy import Resources, ShardRef
+from zephon.io.storage.location import Location, ObjectInfo, version_of
 
 __all__ = ["Catalog", "discover", "root_files"]
 
@@ -104,7 +104,7 @@ def _warn_unread(where: str, names: list[str], why: str) -> None:
 def root_files(location: Location, dataset: str | None = None) -> list[ObjectInfo]:
     """The root's listing, every name confined to the root, the index file left out. In a
     local root, links to files are listed too (the filesystem listing leaves them out): those
-    inside the root like files, those leading out of it refused (confine.py)."""
+    inside the root like files, those leading out of it refused (catalog/confine.py)."""
     out = [f for f in location.list_files() if f.name != INDEX_NAME]
     if location.is_local:  # plain files found without following links: inside the root
         return sorted(out + _local_links(location, dataset), key=lambda f: f.name)

@@ -1,4 +1,4 @@
-"""``build_index()`` and its command line: ``python -m zephon build-index {jsonl|parquet} DIR``.
+"""``build_index()`` and its command line: ``python -m zephon build-index {FORMAT|auto} DIR``.
 
 ``--tokenizer PATH`` (and ``--field NAME``, default ``text``) also measures the dataset's tokens
 per record for that tokenizer, as a token-aware mixture's priming would

@@ -17,7 +17,7 @@ import numpy as np
 
 from zephon.io.catalog.discovery import root_files
 from zephon.io.dataset import Dataset
-from zephon.io.formats.classify import classify
+from zephon.io.formats.classify import classify, supported
 from zephon.io.options import StoreOptions
 
 __all__ = ["DatasetInspector", "inspect_main"]
@@ -93,7 +93,7 @@ def inspect_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zephon inspect",
                                      description="shard count, rows, bytes and a few rows")
     parser.add_argument("url", help="dataset directory or URL")
-    parser.add_argument("--format", dest="fmt", default=None, choices=["jsonl", "parquet"])
+    parser.add_argument("--format", dest="fmt", default=None, choices=list(supported()))
     parser.add_argument("--rows", type=int, default=3, help="rows to print (default 3)")
     parser.add_argument("--shard", type=int, default=None,
                         help="shard id (default: the first of each format)")

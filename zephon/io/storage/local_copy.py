@@ -39,7 +39,8 @@ from zephon.io.storage.cache import ShardCache, cache_for, entry_key
 from zephon.io.storage.fetch_checks import Part, Source, refusals, store_md5
 from zephon.io.storage.location import Location, with_retries
 
-__all__ = ["Resources", "ShardRef", "local_jsonl", "local_parquet", "remote_jsonl_index"]
+__all__ = ["Resources", "ShardRef", "cached_copy", "local_jsonl", "remote_jsonl_index",
+           "whole_local_copy"]
 
 
 @dataclass(frozen=True)
@@ -235,15 +236,15 @@ def remote_jsonl_index(ref: ShardRef, res: Resources) -> np.ndarray:
     return load_or_build(idx, build, data_bytes=ref.size or None, label=ref.label)
 
 
-def cached_parquet(ref: ShardRef, res: Resources) -> str | None:
-    """The local copy of a remote Parquet shard if this machine already has one (a bad copy is
+def cached_copy(ref: ShardRef, res: Resources) -> str | None:
+    """The whole local copy of a remote shard if this machine already has one (a bad copy is
     evicted, with a warning: None)."""
     found = res.cache.lookup(ref.remote_key, ref.name, size=ref.size or None, label=ref.label)
     return None if found is None else str(found)
 
 
-def local_parquet(ref: ShardRef, res: Resources) -> str:
-    """A local path holding the whole Parquet shard (downloaded into the cache if remote)."""
+def whole_local_copy(ref: ShardRef, res: Resources) -> str:
+    """A local path holding the whole shard (downloaded as it is into the cache if remote)."""
     loc = ref.location
     if loc.is_local:
         path = loc.path(ref.name)

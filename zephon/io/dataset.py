@@ -95,14 +95,16 @@ class Dataset:
 
     @classmethod
     def from_path(cls, name: str, path: str | os.PathLike, *, fmt: str | None = None,
-                  storage_options: dict[str, Any] | None = None,
+                  split: str | None = None, storage_options: dict[str, Any] | None = None,
                   on_bad_record: str = "raise") -> Dataset:
         """A dataset under a local directory or URL (``s3://``, ``gs://``, ``memory://`` ...).
 
         ``fmt``: a registered format's name (``"jsonl"``, ``"parquet"``, ...) reads only the
         shards of that format; None detects (the formats' own index files first, then each
         file in the format its name says, so a root may hold several: ``fmt`` is then
-        ``"mixed"``; catalog/discovery.py). ``storage_options`` go to the fsspec filesystem.
+        ``"mixed"``; catalog/discovery.py). ``split``: one split of a Hugging Face layout (a
+        ``DatasetDict`` saved with ``save_to_disk``, or the Hub's ``data/<split>-00000-of-0000N``
+        files; catalog/splits.py). ``storage_options`` go to the fsspec filesystem.
         ``on_bad_record``: ``"raise"`` or ``"skip"`` an undecodable JSONL line (formats/bad_records.py).
         Raises FileNotFoundError for a missing path, ValueError for a path with no recognised
         shards, an unsupported format or an empty dataset, DataError for a shard name outside
@@ -110,7 +112,7 @@ class Dataset:
         """
         location = Location(os.fspath(path), dict(storage_options or {}))
         runtime = _Runtime(None)
-        catalog = discover(name, location, fmt, runtime.res)
+        catalog = discover(name, location, fmt, runtime.res, split=split)
         out = cls(name, catalog.fmt, location=location, catalog=catalog,
                   on_bad_record=on_bad_record)
         out._runtime = runtime  # keep the resources discovery used in this process

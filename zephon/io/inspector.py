@@ -114,7 +114,7 @@ def inspect_main(argv: list[str] | None = None) -> int:
     print(f"format    {ds.fmt}")
     for fmt in ds.formats():
         mine = np.asarray([k == fmt for k in kinds], dtype=bool)
-        print(f"  {fmt:<8}{int(mine.sum())} shard(s), {int(ds.counts()[mine].sum())} rows")
+        print(f"  {fmt + ' ':<8}{int(mine.sum())} shard(s), {int(ds.counts()[mine].sum())} rows")
     print(f"shards    {ds.shard_count()}")
     print(f"rows      {ds.total()} (largest shard {ds.max_count()})")
     if raw is not None:

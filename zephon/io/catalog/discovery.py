@@ -28,6 +28,7 @@ import numpy as np
 
 from zephon.io.catalog.confine import check_local_link, confined_name
 from zephon.io.catalog.index_file import INDEX_NAME, IndexEntry, index_entries, read_index
+from zephon.io.catalog.splits import select_split
 from zephon.io.formats import registry
 from zephon.io.formats.base import RootView, ShardEntry, ShardFormat
 from zephon.io.formats.classify import (
@@ -140,7 +141,7 @@ def _local_links(location: Location, dataset: str | None) -> list[ObjectInfo]:
 
 
 def discover(dataset: str, location: Location, fmt: str | None, res: Resources,
-             max_workers: int = 8) -> Catalog:
+             max_workers: int = 8, split: str | None = None) -> Catalog:
     where = f"dataset {dataset!r} at {location.display()}"
     doc = read_index(location, dataset)
     if doc is None:  # an index proves the root exists; on object stores this saves round trips
@@ -149,11 +150,11 @@ def discover(dataset: str, location: Location, fmt: str | None, res: Resources,
     tagged = doc is not None and isinstance(doc.get("format"), str) and bool(doc["format"])
     if not tagged:  # Zephon's own index comes first; then the formats' own indexes
         catalog = _catalog_from_own_index(dataset, where, location, doc, wanted, res,
-                                          max_workers)
+                                          max_workers, split)
         if catalog is not None:
             return catalog
     if doc is not None:
-        catalog = _catalog_from_index(dataset, where, location, doc, wanted)
+        catalog = _catalog_from_index(dataset, where, location, doc, wanted, split)
         if catalog is not None:
             return catalog
     listing = root_files(location, dataset)
@@ -169,6 +170,7 @@ def discover(dataset: str, location: Location, fmt: str | None, res: Resources,
     _warn_unread(where, found.data_unread, "look like data but are no shards of " +
                  (f"format {wanted!r} (fmt=)" if wanted else "a format zephon reads"))
     kind_of = {n: k for k, names in found.shards.items() for n in names}
+    kind_of = {n: kind_of[n] for n in select_split(list(kind_of), split, where)}
     files = [f for f in listing if f.name in kind_of]
     refs = [ShardRef(dataset, location, f.name, f.size, f.version) for f in files]
     stats = _count([registry.get(kind_of[r.name]) for r in refs], refs, res, max_workers)
@@ -188,15 +190,18 @@ def _count(fmts: list[ShardFormat], refs: list[ShardRef], res: Resources, max_wo
 
 
 def _catalog_from_own_index(dataset: str, where: str, location: Location, doc: dict | None,
-                            wanted: str | None, res: Resources,
-                            max_workers: int) -> Catalog | None:
+                            wanted: str | None, res: Resources, max_workers: int,
+                            split: str | None) -> Catalog | None:
     """The catalog of the first format (``wanted`` only, when given) whose own index files
     the root holds, or None. Rows the index lacks are counted by the format."""
-    root = RootView(location, dataset, doc)
+    root = RootView(location, dataset, doc, split)
     candidates = [registry.get(wanted)] if wanted else [f for f in registry.formats() if f.stored]
     for fmt in candidates:
         entries = fmt.own_index(root)
         if entries is not None:
+            if not fmt.own_splits:
+                keep = set(select_split([e.name for e in entries], split, where))
+                entries = [e for e in entries if e.name in keep]
             return _own_catalog(dataset, where, location, fmt, entries, res, max_workers)
     return None
 
@@ -235,7 +240,7 @@ def _own_catalog(dataset: str, where: str, location: Location, fmt: ShardFormat,
 
 
 def _catalog_from_index(dataset: str, where: str, location: Location, doc: dict,
-                        wanted: str | None) -> Catalog | None:
+                        wanted: str | None, split: str | None) -> Catalog | None:
     """The catalog an index gives, or None (with a warning) when it lists no shards this build
     reads, of ``wanted`` when given: the listing decides then."""
     tag = detect_from_index(doc)
@@ -253,10 +258,13 @@ def _catalog_from_index(dataset: str, where: str, location: Location, doc: dict,
     if wanted is not None:
         _warn_unread(where, [e.name for e, k in zip(entries, kinds) if k != wanted],
                      f"{INDEX_NAME} lists but are no shards of format {wanted!r} (fmt=)")
+    in_it = set(select_split([e.name for e in entries], split, where))
+    kinds = [k if e.name in in_it else None for e, k in zip(entries, kinds)]  # not of split
     digest = hashlib.sha1(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
     # ids stay positions in the index, so a shard keeps its id whatever fmt= selects
-    catalog = _from_index([e if wanted is None or k == wanted else e._replace(rows=0)
-                           for e, k in zip(entries, kinds)], kinds, digest)
+    catalog = _from_index([e if k is not None and (wanted is None or k == wanted)
+                           else e._replace(rows=0) for e, k in zip(entries, kinds)], kinds,
+                          digest)
     if not len(catalog.ids):
         raise ValueError(f"{where}: dataset is empty ({len(entries)} shard(s) in "
                          f"{INDEX_NAME}, none with records)")

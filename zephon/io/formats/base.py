@@ -117,15 +117,15 @@ class ShardEntry:
 
 class RootView:
     """A dataset root as ``ShardFormat.own_index`` sees it: its ``index.json`` (already read),
-    small files by name, and its listing (fetched once, on first use: a listing of an object
-    store costs requests that an index spares)."""
+    small files by name, its listing (fetched once, on first use: a listing of an object store
+    costs requests that an index spares) and the ``split=`` asked for (None: not given)."""
 
     def __init__(self, location: Location, dataset: str, index: dict[str, Any] | None,
-                 subdir: str = "") -> None:
+                 split: str | None = None) -> None:
         self.location = location
         self.dataset = dataset
         self.index = index
-        self.subdir = subdir  # a split's folder (``split=``), relative to the root, or ""
+        self.split = split
         self._names: list[str] | None = None
 
     def names(self) -> list[str]:
@@ -198,6 +198,9 @@ class ShardFormat:
     capabilities: ClassVar[Capabilities] = Capabilities()
     extra: ClassVar[str | None] = None  # the pip extra holding its reader library, if any
     stored: ClassVar[bool] = True  # shards are files under a root (False: in-memory shards)
+    # own_index picks the shards of ``root.split`` itself (else discovery keeps the entries
+    # that catalog/splits.py places in the split)
+    own_splits: ClassVar[bool] = False
 
     # -- detection ----------------------------------------------------------------------------
 

@@ -31,6 +31,8 @@ BUILT_IN: dict[str, str] = {
     "jsonl": "zephon.io.formats.jsonl:JSONL",
     "parquet": "zephon.io.formats.parquet:PARQUET",
     "memory": "zephon.io.formats.memory:MEMORY",
+    "arrow": "zephon.io.formats.arrow:ARROW",
+    "webdataset": "zephon.io.formats.webdataset:WEBDATASET",
 }
 
 _lock = threading.RLock()

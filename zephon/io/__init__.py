@@ -1,5 +1,6 @@
-"""Datasets and storage: formats (JSONL, Parquet, in-memory), fsspec storage, index.json, the
-node-local shard cache and prefetching.
+"""Datasets and storage: shard formats (formats/: JSONL, Parquet, Arrow, WebDataset,
+in-memory), the catalog of a root (catalog/), fsspec storage and the node-local shard cache
+(storage/), look-ahead (ahead/).
 
 See ``docs/INTERNALS.md`` for the contract the engine relies on.
 """

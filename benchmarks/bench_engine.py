@@ -240,7 +240,7 @@ def regrouped(path: Path, rows: int) -> Path:
 
 def fetch_batch(path: Path, workers: int, runner: str = "process") -> float:
     from zephon.io import Dataset
-    from zephon.io.parquet import row_group_cache
+    from zephon.io.formats.parquet_reader import row_group_cache
     from zephon.work import MixtureSpec, StaticMixtureWorkSource
 
     row_group_cache().clear()  # an in-process runner must not find the last run's row groups

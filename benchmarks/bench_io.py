@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from zephon.io import Dataset, build_index
-from zephon.io.parquet import row_group_cache
+from zephon.io.formats.parquet_reader import row_group_cache
 
 ROWS = int(os.environ.get("ZEPHON_BENCH_ROWS", "100000"))
 SHARDS = 10
@@ -272,7 +272,7 @@ def _read_every_row(ds: Dataset) -> int:
 def test_s3_dataset_read(benchmark, s3_corpus, tmp_path):
     """Open the dataset, then read and parse every row, shard after shard, as a plain loop: the
     first two shards are downloaded when their reads need them; from the second on, the
-    dataset downloads the next two while one is parsed (zephon/io/download_ahead.py)."""
+    dataset downloads the next two while one is parsed (zephon/io/ahead/download_ahead.py)."""
     def run():
         ds = Dataset.from_path("s3", "s3://bench/ds", storage_options=s3_corpus["opts"])
         return _read_every_row(ds)

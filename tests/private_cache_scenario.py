@@ -75,7 +75,7 @@ def main(kind: str, data_dir: str) -> None:
     except Exception as e:
         _say(raised=type(e).__name__)
     try:
-        from zephon.io import private_cache
+        from zephon.io.storage import private_cache
 
         own = private_cache._mine  # this process's own, if it has one: alive, so kept
     except ImportError:  # a zephon without it (the tests are also run against the old code)

@@ -13,7 +13,7 @@ import pytest
 
 from zephon import Pipeline
 from zephon.io import DataError, Dataset
-from zephon.io.jsonl import JsonlShardReader
+from zephon.io.formats.jsonl_reader import JsonlShardReader
 from zephon.work import StaticMixtureWorkSource
 
 BAD_LINES = {
@@ -151,7 +151,7 @@ def test_skipping_gives_one_stream_in_every_runner_and_restores_exactly(dirty, s
 
 
 def test_the_flat_kernel_and_the_general_reader_skip_alike(dirty, monkeypatch):
-    from zephon.io.bad_records import read_skipping
+    from zephon.io.formats.bad_records import read_skipping
 
     ds = Dataset.from_path("web", dirty / "web", on_bad_record="skip")
     rows = np.array([19, 20, 21, 26, 0, 24, 25, 49, 22, 30, 30], dtype=np.int64)

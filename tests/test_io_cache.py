@@ -111,7 +111,7 @@ def test_a_child_forked_while_a_lock_is_held_does_not_keep_it(tmp_path):
     soon as the parent releases it, not when the child exits."""
     import fcntl
 
-    from zephon.io.flock import exclusive_lock
+    from zephon.io.storage.flock import exclusive_lock
 
     lock = tmp_path / "entry.lock"
     ctx = mp.get_context("fork")
@@ -248,7 +248,7 @@ def test_resolve_store_from_env(tmp_path, monkeypatch):
 
 
 def test_transient_errors_are_retried_missing_files_are_not():
-    from zephon.io.storage import with_retries
+    from zephon.io.storage.location import with_retries
 
     calls = []
 

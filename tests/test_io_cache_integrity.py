@@ -149,7 +149,7 @@ def test_an_entry_without_its_check_record_is_not_trusted(cache_dir):
 
 
 def test_entries_are_synced_before_they_are_renamed_into_place(tmp_path, monkeypatch):
-    import zephon.io.cache as cache_mod
+    import zephon.io.storage.cache as cache_mod
 
     events = []
     real_fsync, real_replace = cache_mod.fsync_path, os.replace
@@ -262,8 +262,8 @@ def test_s3_object_rewritten_with_the_same_size_is_refused_by_its_etag(s3, cache
 def test_an_etag_that_is_not_an_md5_costs_one_more_download_per_location(s3, monkeypatch):
     """SSE-KMS objects: the ETag is no digest of the content. Two identical downloads and an
     unchanged version show it; later shards of that location are not compared."""
-    from zephon.io import fetch_checks
-    from zephon.io.storage import Location
+    from zephon.io.storage import fetch_checks
+    from zephon.io.storage.location import Location
 
     url, shards = _s3_shards(s3, "jsonl")
     ds = Dataset.from_path("web", url, storage_options=s3["storage_options"]).with_store_options(

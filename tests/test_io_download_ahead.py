@@ -1,4 +1,4 @@
-"""The download-ahead thread (zephon/io/download_ahead.py): one job per key at a time, errors
+"""The download-ahead thread (zephon/io/ahead/download_ahead.py): one job per key at a time, errors
 dropped, and a process that ends never waits for it."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from zephon.io import download_ahead
+from zephon.io.ahead import download_ahead
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,7 +40,7 @@ def test_a_key_runs_once_at_a_time_and_errors_are_dropped():
 def test_a_process_that_ends_does_not_wait_for_a_download():
     code = textwrap.dedent("""
         import time
-        from zephon.io import download_ahead
+        from zephon.io.ahead import download_ahead
         download_ahead.submit(("stuck",), lambda: time.sleep(60))
         time.sleep(0.2)  # the thread has started the job
         print("leaving", flush=True)

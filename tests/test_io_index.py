@@ -13,7 +13,7 @@ import pytest
 from io_helpers import jsonl_bytes, jsonl_dataset, records, write_parquet
 
 from zephon.io import Dataset, ShardMissingError, build_index
-from zephon.io.index_file import main
+from zephon.io.catalog.index_file import main
 
 
 @pytest.fixture(autouse=True)

@@ -19,7 +19,7 @@ from zephon.io import (
     payloads_from_table,
     sparse_columns,
 )
-from zephon.io import lines as lines_mod
+from zephon.io.formats import jsonl_lines as lines_mod
 
 
 @pytest.fixture(autouse=True)
@@ -307,7 +307,7 @@ def _string_records(n: int) -> list[dict]:
 
 
 def _general_only(monkeypatch) -> None:
-    from zephon.io.jsonl import JsonlShardReader
+    from zephon.io.formats.jsonl_reader import JsonlShardReader
 
     monkeypatch.setattr(JsonlShardReader, "_read_flat", lambda self, rows: None)
 
@@ -409,7 +409,7 @@ def _outcome(ds, rows):
 def _fast_and_general(root, monkeypatch, body: bytes, rows) -> tuple[object, object, bool]:
     """The read of ``rows`` with the flat records path allowed and with the general path only,
     and whether the flat records path made the first one."""
-    from zephon.io.jsonl import JsonlShardReader
+    from zephon.io.formats.jsonl_reader import JsonlShardReader
 
     root.mkdir(parents=True)
     (root / "a.jsonl").write_bytes(body)

@@ -9,7 +9,7 @@ import pytest
 from io_helpers import records, write_parquet
 
 from zephon.io import DataError, Dataset, ShardMissingError
-from zephon.io.parquet import row_group_cache
+from zephon.io.formats.parquet_reader import row_group_cache
 
 
 @pytest.fixture(autouse=True)
@@ -86,7 +86,7 @@ def test_row_group_cache_can_be_disabled(tmp_path, shards, monkeypatch):
 def test_a_row_group_read_to_the_end_leaves_the_cache(tmp_path, shards, monkeypatch):
     """A forward pass frees each row group once all its rows are read: the next decode reuses
     that memory instead of faulting in fresh pages, and nothing stays held for the LRU."""
-    from zephon.io import read_ahead
+    from zephon.io.ahead import read_ahead
 
     monkeypatch.setattr(read_ahead, "enabled", False)  # no guesses landing in the cache
     ds = Dataset.from_path("pq", tmp_path / "d")
@@ -102,7 +102,7 @@ def test_a_row_group_read_to_the_end_leaves_the_cache(tmp_path, shards, monkeypa
 
 
 def test_row_group_cache_is_lru_by_bytes():
-    from zephon.io.parquet import RowGroupCache
+    from zephon.io.formats.parquet_reader import RowGroupCache
 
     tables = {k: pa.table({"v": list(range(100))}) for k in "abc"}
     size = tables["a"].nbytes
@@ -206,7 +206,7 @@ def _decodes_by_thread(monkeypatch) -> list[tuple[int, str]]:
 
 def _settle() -> None:
     """Wait for the shard readers' read-ahead decodes."""
-    from zephon.io import read_ahead
+    from zephon.io.ahead import read_ahead
 
     read_ahead.drain()
 
@@ -241,7 +241,7 @@ def test_a_second_pass_decodes_ahead_again(tmp_path, shards, monkeypatch):
 
 
 def test_no_read_ahead_for_scattered_reads_or_when_disabled(tmp_path, shards, monkeypatch):
-    from zephon.io import read_ahead
+    from zephon.io.ahead import read_ahead
 
     decoded = _decodes_by_thread(monkeypatch)
     ds = Dataset.from_path("pq", tmp_path / "d")
@@ -289,7 +289,7 @@ def test_a_hint_at_a_passed_row_group_starts_a_new_pass(tmp_path, shards, monkey
 
 def test_the_inline_engine_hints_the_next_block(tmp_path, shards, monkeypatch):
     from zephon import Pipeline
-    from zephon.io import read_ahead
+    from zephon.io.ahead import read_ahead
     from zephon.work import MixtureSpec, StaticMixtureWorkSource
 
     def stream() -> list[dict]:
@@ -317,7 +317,7 @@ def test_threads_reading_one_shard_decode_in_parallel_and_each_row_group_once(
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    from zephon.io import read_ahead
+    from zephon.io.ahead import read_ahead
 
     monkeypatch.setattr(read_ahead, "enabled", False)
     decoded: list[int] = []
@@ -369,7 +369,7 @@ def test_decode_ahead_decodes_the_named_row_group_once_even_without_guesses(
         tmp_path, shards, monkeypatch):
     """What a worker process does with the row groups the coordinator says it owns: decode
     each on the read-ahead thread (guesses are off there); the read then finds it decoded."""
-    from zephon.io import read_ahead
+    from zephon.io.ahead import read_ahead
 
     monkeypatch.setattr(read_ahead, "enabled", False)  # as in a worker process
     decoded = _decodes_by_thread(monkeypatch)

@@ -27,7 +27,7 @@ def _dirs(base: Path) -> list[str]:
 
 
 def _own_cache_then_wait(base: str, ready, stop) -> None:
-    from zephon.io import private_cache
+    from zephon.io.storage import private_cache
 
     tempfile.tempdir = base
     (private_cache.private_root() / "shards").mkdir()
@@ -36,7 +36,7 @@ def _own_cache_then_wait(base: str, ready, stop) -> None:
 
 
 def test_a_dead_owners_cache_is_swept_and_a_live_ones_kept(tmp_path, monkeypatch):
-    from zephon.io import private_cache
+    from zephon.io.storage import private_cache
 
     ctx = mp.get_context("fork")
     procs = []
@@ -63,7 +63,7 @@ def test_a_dead_owners_cache_is_swept_and_a_live_ones_kept(tmp_path, monkeypatch
 def test_a_forked_child_does_not_keep_its_parents_cache_alive(tmp_path, monkeypatch):
     """The child closes its copy of the lock's descriptor: when the owner dies, its cache can
     be swept even while children it forked still run."""
-    from zephon.io import private_cache
+    from zephon.io.storage import private_cache
 
     ctx = mp.get_context("fork")
     ready, stop = ctx.Event(), ctx.Event()
@@ -79,7 +79,7 @@ def test_a_forked_child_does_not_keep_its_parents_cache_alive(tmp_path, monkeypa
 
 
 def _fork_a_child_then_die(base: str, ready, stop) -> None:
-    from zephon.io import private_cache
+    from zephon.io.storage import private_cache
 
     tempfile.tempdir = base
     private_cache.private_root()
@@ -172,7 +172,8 @@ def test_caches_of_a_run_ended_by_a_signal_are_gone_after_the_next(how, tmp_path
 def test_an_unwritable_cache_dir_warns_once_naming_it_and_the_fallback(tmp_path, monkeypatch):
     import gzip
 
-    from zephon.io import Dataset, private_cache
+    from zephon.io import Dataset
+    from zephon.io.storage import private_cache
 
     (tmp_path / "a-file").write_text("")
     bad = tmp_path / "a-file" / "cache"
@@ -195,8 +196,8 @@ def test_a_read_only_cache_dir_is_noticed_before_the_first_download(tmp_path, mo
     creating a file tells."""
     import errno
 
-    from zephon.io import private_cache
-    from zephon.io.cache import cache_for
+    from zephon.io.storage import private_cache
+    from zephon.io.storage.cache import cache_for
 
     real = tempfile.mkstemp
 

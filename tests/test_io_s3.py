@@ -26,7 +26,7 @@ from zephon.io import (
     StoreOptions,
     build_index,
 )
-from zephon.io.cache import cache_for
+from zephon.io.storage.cache import cache_for
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
@@ -303,7 +303,7 @@ def _cached_names(cache_dir: Path) -> list[str]:
 
 
 def test_reading_shards_in_order_downloads_the_next_ones_ahead(s3, bucket, cache_dir):
-    from zephon.io import download_ahead
+    from zephon.io.ahead import download_ahead
 
     shards, ds = indexed_jsonl(s3, bucket, shards=5, rows=30)
     assert ds.read_table(0, [29]).to_pylist() == [shards[0][29]]
@@ -320,7 +320,7 @@ def test_reading_shards_in_order_downloads_the_next_ones_ahead(s3, bucket, cache
 
 
 def test_shards_opened_out_of_order_are_not_guessed(s3, bucket, cache_dir):
-    from zephon.io import download_ahead
+    from zephon.io.ahead import download_ahead
 
     _, ds = indexed_jsonl(s3, bucket, shards=4, rows=5)
     ds.read_table(2, [0])
@@ -331,7 +331,7 @@ def test_shards_opened_out_of_order_are_not_guessed(s3, bucket, cache_dir):
 
 
 def test_read_ahead_hint_downloads_a_remote_shard_without_opening_it(s3, bucket, cache_dir):
-    from zephon.io import download_ahead
+    from zephon.io.ahead import download_ahead
 
     shards, ds = indexed_jsonl(s3, bucket, shards=3, rows=10)
     ds.read_ahead(2, np.array([4, 1]))  # what the inline engine says one block ahead
@@ -343,7 +343,7 @@ def test_read_ahead_hint_downloads_a_remote_shard_without_opening_it(s3, bucket,
 
 
 def test_a_failed_guess_is_reported_by_the_read_that_needs_the_shard(s3, bucket):
-    from zephon.io import download_ahead
+    from zephon.io.ahead import download_ahead
 
     _, ds = indexed_jsonl(s3, bucket, shards=4, rows=5)
     s3_client(s3["endpoint"]).delete_object(Bucket=bucket, Key="ds/part-2.jsonl")
@@ -356,7 +356,7 @@ def test_a_failed_guess_is_reported_by_the_read_that_needs_the_shard(s3, bucket)
 
 
 def test_guesses_never_evict_under_a_cache_limit(s3, bucket, tmp_path):
-    from zephon.io import download_ahead
+    from zephon.io.ahead import download_ahead
 
     _, ds = indexed_jsonl(s3, bucket, shards=5, rows=50)
     limit = int(len(jsonl_bytes(records(50))) * 2.5)

@@ -16,7 +16,7 @@ from io_helpers import jsonl_bytes, records
 
 from zephon.io import CacheOptions, Dataset, StoreOptions
 from zephon.io.errors import DataError
-from zephon.io.storage import Location, with_retries
+from zephon.io.storage.location import Location, with_retries
 
 FAST_RETRIES = {"open_retry_initial_backoff": 0.001, "open_retry_max_backoff": 0.002}
 

@@ -30,6 +30,12 @@ class NotColumnar(TypeError):
     """Raised when payloads cannot be laid out as Arrow columns (the object fallback is used)."""
 
 
+def is_hidden(column: str) -> bool:
+    """Zephon's own columns riding with the payload (``__recipe``) are hidden from record views;
+    dunder names (``__key__``, ``__url__``: WebDataset's, or a user's) are the records' data."""
+    return column.startswith("__") and not column.endswith("__")
+
+
 def _i64(a: Any, n: int | None = None) -> np.ndarray:
     arr = np.asarray(a, dtype=np.int64)
     if n is not None and arr.shape != (n,):
@@ -220,7 +226,7 @@ class Block:
             return list(self.payload)
         table = self.payload
         # values as spec addendum A.10 gives them for columns a columnar reader marked
-        rows = payload_rows(table, [c for c in table.column_names if not c.startswith("__")])
+        rows = payload_rows(table, [c for c in table.column_names if not is_hidden(c)])
         if self.sparse:
             sparse = self.sparse
             rows = [
@@ -284,7 +290,7 @@ def carry_hidden(src: Block, out: Block) -> Block:
     if not (src.columnar and out.columnar) or len(src) != len(out):
         return out
     hidden = [c for c in src.payload.column_names
-              if c.startswith("__") and c not in out.payload.column_names]
+              if is_hidden(c) and c not in out.payload.column_names]
     if not hidden:
         return out
     table = out.payload

@@ -1,4 +1,4 @@
-"""``build_index()`` and its command line: ``python -m zephon build-index {jsonl|parquet} DIR``.
+"""``build_index()`` and its command line: ``python -m zephon build-index {FORMAT|auto} DIR``.
 
 ``--tokenizer PATH`` (and ``--field NAME``, default ``text``) also measures the dataset's tokens
 per record for that tokenizer, as a token-aware mixture's priming would
@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from zephon.io.index_file import INDEX_NAME, build_index
-from zephon.io.index_file import main as index_main
+from zephon.io.catalog.index_file import INDEX_NAME, build_index
+from zephon.io.catalog.index_file import main as index_main
 
 __all__ = ["build_index", "add_token_estimates", "main"]
 
@@ -28,7 +28,7 @@ def add_token_estimates(dataset_dir: str | os.PathLike, tokenizer: str, *, field
     store the figure in its index.json; returns the stored entry."""
     from zephon.engine.priming import estimate_key, measured_figure, sealed
     from zephon.io import Dataset
-    from zephon.io.storage import Location
+    from zephon.io.storage.location import Location
     from zephon.ops.fetch import FetchOp
     from zephon.ops.tokenize import TokenizeOp
     from zephon.work import TokenEstimation

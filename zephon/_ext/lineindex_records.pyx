@@ -5,7 +5,7 @@ of ``lineindex_records_np``).
 Most LLM corpora are lines like ``{"id": 17, "url": "...", "text": "...", "score": 0.53}``.
 For them ``pyarrow.json`` costs more than all the rest of a read (type inference, block
 chunking, a copy of the lines); this kernel decodes the values in one pass with no copy of the
-lines, and ``zephon.io.records.flat_record_table`` applies Arrow's typing rules to them.
+lines, and ``zephon.io.formats.records.flat_record_table`` applies Arrow's typing rules to them.
 
 ``flat_records(buf, starts, ends)`` takes span i = ``buf[starts[i]:ends[i]]`` and returns
 ``(keys, values, vstart, vend, kinds, ints)``, or None when any span falls outside the accepted

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from zephon.engine.lane import held_by_op, prepare, round_robin
 from zephon.engine.lane_plan import LanePlan
-from zephon.io import read_ahead
+from zephon.io.ahead import read_ahead
 from zephon.ops.base import OpContext, StageInfo
 
 

@@ -94,7 +94,9 @@ def measure(ds, d: int, fetch, pre: list, tok, te, show: bool = False) -> cal.Es
     ids, counts, n_shards = ds.ids(), ds.counts(), _n_shards(ds, te)
     field = (getattr(tok, "text_bytes", None) or getattr(tok, "field", None)) \
         if te.measure is None else None
-    # every shard keeps its records apart (JSONL lines): their stored sizes are known
+    # JSONL only: a record's stored size (its line) adds up exactly to the catalog's decoded
+    # bytes, so their mean over the whole dataset is known; other formats with record sizes
+    # (tar members) leave headers and padding out of them, which would bias the ratio
     known = (mean_bytes_per_sample(ds) if field is not None and set(ds.formats()) == {"jsonl"}
              else None)
     sample = cal.Sample(population=int(ds.total()), x_mean=known)

@@ -32,7 +32,7 @@ from zephon.arrow_memory import use_decode_pool
 from zephon.engine import cleanup, metrics, shm, spawning, wire
 from zephon.engine.lane import apply_ops
 from zephon.engine.spawning import describe_exit  # noqa: F401  (its old home)
-from zephon.io import read_ahead
+from zephon.io.ahead import read_ahead
 from zephon.ops.base import OpContext, StageInfo
 from zephon.ops.errors import ZephonError
 from zephon.ops.fetch import FetchOp

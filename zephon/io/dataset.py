@@ -17,25 +17,18 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from zephon.io import download_ahead, fetch_timing, read_ahead
-from zephon.io.bad_records import BAD_RECORD_POLICIES
-from zephon.io.confine import check_local_link
-from zephon.io.discovery import Catalog, discover
-from zephon.io.index_file import read_index
-from zephon.io.jsonl import JsonlShardReader
-from zephon.io.lines import compression_of
-from zephon.io.local_copy import (
-    Resources,
-    ShardRef,
-    local_jsonl,
-    local_parquet,
-    remote_jsonl_index,
-)
-from zephon.io.memory import InMemoryShard, MemoryShardReader, memory_shards
+from zephon.io import fetch_timing
+from zephon.io.ahead import download_ahead, read_ahead
+from zephon.io.catalog.confine import check_local_link
+from zephon.io.catalog.discovery import Catalog, discover
+from zephon.io.catalog.index_file import read_index
+from zephon.io.formats import registry
+from zephon.io.formats.bad_records import BAD_RECORD_POLICIES
+from zephon.io.formats.base import ShardFormat, ShardReader
+from zephon.io.formats.memory import MEMORY, InMemoryShard, MemoryShardRef, memory_shards
 from zephon.io.options import StoreOptions, resolve_store
-from zephon.io.parquet import ParquetShardReader
-from zephon.io.shard_stats import parquet_group_starts
-from zephon.io.storage import Location
+from zephon.io.storage.local_copy import Resources, ShardRef
+from zephon.io.storage.location import Location
 
 __all__ = ["Dataset"]
 
@@ -48,7 +41,7 @@ class _Runtime:
     def __init__(self, store_options: StoreOptions | None) -> None:
         self.pid = os.getpid()
         self.res = Resources(resolve_store(store_options))
-        self.readers: OrderedDict[int, Any] = OrderedDict()
+        self.readers: OrderedDict[int, ShardReader] = OrderedDict()
         self.lock = threading.Lock()
         self.opening: dict[int, threading.Lock] = {}
         self.last_opened: int | None = None  # catalog position of the shard opened last
@@ -57,8 +50,8 @@ class _Runtime:
 
 
 class Dataset:
-    """Named records split into shards: JSONL, Parquet (both in one root, each shard read by its
-    own format) or in-memory.
+    """Named records split into shards of any registered format (``zephon/io/formats/``; one
+    root may mix formats, each shard read by its own) or in memory.
 
     Build with :meth:`from_path` or :meth:`from_dict`. Shard ids are sorted ints (positions in
     the sorted listing or the index for files, the given keys for memory); shards without
@@ -87,30 +80,39 @@ class Dataset:
             ids = sorted(memory)
             self._ids = _frozen(ids)
             self._counts = _frozen([len(memory[i]) for i in ids])
+            used = [MEMORY.name]
         else:
             assert catalog is not None
             self._ids, self._counts = catalog.ids, catalog.counts
+            used = sorted(set(catalog.formats))
+        # the format objects travel with the dataset: a format registered in this process only
+        # (not by an entry point) is still known in worker processes
+        self._formats: dict[str, ShardFormat] = {
+            f: MEMORY if f == MEMORY.name else registry.get(f) for f in used}
         self._pos = {int(s): i for i, s in enumerate(self._ids.tolist())}
 
     # -- construction -------------------------------------------------------------------------
 
     @classmethod
     def from_path(cls, name: str, path: str | os.PathLike, *, fmt: str | None = None,
-                  storage_options: dict[str, Any] | None = None,
+                  split: str | None = None, storage_options: dict[str, Any] | None = None,
                   on_bad_record: str = "raise") -> Dataset:
         """A dataset under a local directory or URL (``s3://``, ``gs://``, ``memory://`` ...).
 
-        ``fmt``: ``"jsonl"`` or ``"parquet"`` reads only the shards of that format; None reads
-        every shard in the format its name says, so a root may hold both (``fmt`` is then
-        ``"mixed"``; formats.py). ``storage_options`` go to the fsspec filesystem.
-        ``on_bad_record``: ``"raise"`` or ``"skip"`` an undecodable JSONL line (bad_records.py).
+        ``fmt``: a registered format's name (``"jsonl"``, ``"parquet"``, ...) reads only the
+        shards of that format; None detects (the formats' own index files first, then each
+        file in the format its name says, so a root may hold several: ``fmt`` is then
+        ``"mixed"``; catalog/discovery.py). ``split``: one split of a Hugging Face layout (a
+        ``DatasetDict`` saved with ``save_to_disk``, or the Hub's ``data/<split>-00000-of-0000N``
+        files; catalog/splits.py). ``storage_options`` go to the fsspec filesystem.
+        ``on_bad_record``: ``"raise"`` or ``"skip"`` an undecodable JSONL line (formats/bad_records.py).
         Raises FileNotFoundError for a missing path, ValueError for a path with no recognised
         shards, an unsupported format or an empty dataset, DataError for a shard name outside
-        the root (confine.py).
+        the root (catalog/confine.py).
         """
         location = Location(os.fspath(path), dict(storage_options or {}))
         runtime = _Runtime(None)
-        catalog = discover(name, location, fmt, runtime.res)
+        catalog = discover(name, location, fmt, runtime.res, split=split)
         out = cls(name, catalog.fmt, location=location, catalog=catalog,
                   on_bad_record=on_bad_record)
         out._runtime = runtime  # keep the resources discovery used in this process
@@ -121,7 +123,7 @@ class Dataset:
         """An in-memory dataset: ``{shard_id: InMemoryShard([...]) or list}``. Shard ids are
         normalised to int and sorted; payloads are copied on every read, never mutated."""
         memory = memory_shards(name, shards)
-        return cls(name, "memory", memory=memory)
+        return cls(name, MEMORY.name, memory=memory)
 
     def with_store_options(self, options: StoreOptions | dict | None) -> Dataset:
         """The same dataset read with other storage options (cache root, limits, ...)."""
@@ -150,7 +152,8 @@ class Dataset:
 
     @property
     def fmt(self) -> str:
-        """The shards' format: ``"jsonl"``, ``"parquet"``, ``"mixed"`` or ``"memory"``."""
+        """The shards' format: a registered format's name (``"jsonl"``, ``"parquet"``...),
+        ``"mixed"`` when shards differ, or ``"memory"``."""
         return self._fmt
 
     @property
@@ -159,12 +162,16 @@ class Dataset:
 
     def shard_format(self, shard_id: int) -> str:
         i = self._index(shard_id)
-        return "memory" if self._catalog is None else self._catalog.formats[i]
+        return MEMORY.name if self._catalog is None else self._catalog.formats[i]
+
+    def format_of(self, shard_id: int) -> ShardFormat:
+        """The format object that reads the shard (``zephon/io/formats/base.py``)."""
+        return self._formats[self.shard_format(shard_id)]
 
     def formats(self) -> dict[str, int]:
         """Shards per format, e.g. ``{"jsonl": 1, "parquet": 1}``."""
         if self._catalog is None:
-            return {"memory": self.shard_count()}
+            return {MEMORY.name: self.shard_count()}
         return self._catalog.format_counts()
 
     @property
@@ -219,10 +226,7 @@ class Dataset:
 
     def shard_name(self, shard_id: int) -> str:
         """The shard's file path or URL (for messages), or ``memory:<id>``."""
-        if self._memory is not None:
-            self._index(shard_id)
-            return f"memory:{shard_id}"
-        return self._ref(shard_id).display
+        return self._source(shard_id).display
 
     def __repr__(self) -> str:
         where = f", url={self.url!r}" if self.url else ""
@@ -235,6 +239,13 @@ class Dataset:
         except (KeyError, TypeError, ValueError):
             raise KeyError(f"dataset {self._name!r} has no shard {shard_id!r} "
                            f"(ids {self._ids[:5].tolist()}...)") from None
+
+    def _source(self, shard_id: int) -> ShardRef | MemoryShardRef:
+        """What the shard's format opens: a file reference, or the in-memory shard."""
+        if self._memory is not None:
+            self._index(shard_id)
+            return MemoryShardRef(self._name, int(shard_id), self._memory[int(shard_id)])
+        return self._ref(shard_id)
 
     def _ref(self, shard_id: int) -> ShardRef:
         i = self._index(shard_id)
@@ -254,7 +265,7 @@ class Dataset:
                     rt = self._runtime = _Runtime(self._store_options)
         return rt
 
-    def _reader(self, shard_id: int) -> Any:
+    def _reader(self, shard_id: int) -> Any:  # a ShardReader, with its format's capabilities
         rt = self._rt()
         sid = int(shard_id)
         with rt.lock:
@@ -291,7 +302,7 @@ class Dataset:
 
     def _after_open(self, rt: _Runtime, sid: int) -> None:
         """Two shards opened one after the other in catalog order: download the next
-        ``download_ahead.SHARDS`` while this one is read (download_ahead.py). One open alone
+        ``download_ahead.SHARDS`` while this one is read (ahead/download_ahead.py). One open alone
         is no pattern: a look at the first shard (the inspector) must not fetch the next."""
         pos = self._pos[sid]
         prev, rt.last_opened = rt.last_opened, pos
@@ -301,14 +312,10 @@ class Dataset:
 
     def _downloads_whole(self, res: Resources, sid: int) -> bool:
         """Whether opening the shard downloads it whole into the node cache."""
-        loc, cat = self._location, self._catalog
-        if loc is None or cat is None or loc.is_local:
+        loc = self._location
+        if loc is None or loc.is_local:
             return False
-        if self.shard_format(sid) == "parquet":
-            return res.store.remote_reads == "whole"
-        # JSONL is downloaded unless uncompressed shards are read by byte ranges
-        return (res.store.remote_reads != "ranges"
-                or compression_of(cat.names[self._index(sid)]) is not None)
+        return self.format_of(sid).downloads_whole(self._ref(sid), res)
 
     def _download_ahead(self, rt: _Runtime, sid: int) -> None:
         if sid in rt.readers or not self._downloads_whole(rt.res, sid):
@@ -322,16 +329,12 @@ class Dataset:
         if res.cache.fits(int(self._catalog.raw_bytes[self._index(sid)])):
             self.warm([sid])
 
-    def _open(self, shard_id: int, res: Resources) -> Any:
-        if self._memory is not None:
-            self._index(shard_id)
-            return MemoryShardReader(self._name, shard_id, self._memory[shard_id])
-        ref = self._ref(shard_id)
-        if ref.location.is_local:  # a link swapped since discovery must not lead out either
-            check_local_link(ref.location, ref.name, dataset=self._name)
-        if self.shard_format(shard_id) == "jsonl":
-            return JsonlShardReader(ref, res)
-        return ParquetShardReader(ref, res)
+    def _open(self, shard_id: int, res: Resources) -> ShardReader:
+        source = self._source(shard_id)
+        if source.location is not None and source.location.is_local:
+            # a link swapped since discovery must not lead out either
+            check_local_link(source.location, source.name, dataset=self._name)
+        return self.format_of(shard_id).open(source, res)
 
     def read_table(self, shard_id: int, rows: np.ndarray | Sequence[int], *,
                    columns: Sequence[str] | None = None) -> pa.Table:
@@ -346,57 +349,60 @@ class Dataset:
 
     def read_ahead(self, shard_id: int, rows: np.ndarray) -> None:
         """A hint that ``rows`` (any order) of a shard are read next: a remote shard that
-        opening would download whole starts downloading (``zephon/io/download_ahead.py``); a
-        local Parquet shard starts decoding its first row groups on the read-ahead thread
-        (``zephon/io/read_ahead.py``); anything else ignores it. Never changes what a read
-        returns."""
-        if self._memory is not None:
+        opening would download whole starts downloading (``zephon/io/ahead/download_ahead.py``);
+        a local shard of a format with the ``read_ahead`` capability (Parquet) starts decoding
+        them on the read-ahead thread (``zephon/io/ahead/read_ahead.py``); anything else
+        ignores it. Never changes what a read returns."""
+        caps = self.format_of(shard_id).capabilities
+        if self._location is None and not caps.read_ahead:
             return
         rt = self._rt()
         if self._downloads_whole(rt.res, shard_id):
             self._download_ahead(rt, int(shard_id))
             return
-        if not read_ahead.enabled or self.shard_format(shard_id) != "parquet":
+        if not read_ahead.enabled or not caps.read_ahead:
             return
         self._reader(shard_id).read_ahead_rows(np.asarray(rows, dtype=np.int64))
 
     def decode_ahead(self, shard_id: int, group: int) -> None:
-        """Decode row group ``group`` of a Parquet shard on this machine now, on the read-ahead
-        thread, for a read that will want it: a worker process is told so by the coordinator
-        for the row groups it owns. Other formats and remote shards ignore it."""
-        if self._memory is not None or self.shard_format(shard_id) != "parquet":
+        """Decode row group ``group`` of a shard (a format with the ``row_groups`` capability)
+        on this machine now, on the read-ahead thread, for a read that will want it: a worker
+        process is told so by the coordinator for the row groups it owns. Other formats and
+        remote shards ignore it."""
+        if not self.format_of(shard_id).capabilities.row_groups:
             return
         self._reader(int(shard_id)).decode_ahead(int(group))
 
     def row_group_starts(self, shard_id: int) -> np.ndarray | None:
-        """The first row of each row group of a Parquet shard, then its row count, read from the
-        footer of a file on this machine (once per process); None for other formats, for a
-        remote shard not in the node cache yet (learning it would cost a request; asked again,
-        it looks again) and for a file that cannot be read or whose rows differ from the
-        catalog's (its reader reports that, naming it)."""
-        if self._memory is not None or self.shard_format(shard_id) != "parquet":
+        """The first row of each row group of a shard whose format has row groups (Parquet),
+        then its row count, from the footer of a file on this machine (once per process); None
+        for other formats, for a remote shard not in the node cache yet (learning it would cost
+        a request; asked again, it looks again) and for a file that cannot be read or whose rows
+        differ from the catalog's (its reader reports that, naming it)."""
+        fmt = self.format_of(shard_id)
+        if not fmt.capabilities.row_groups:
             return None
         rt = self._rt()
         sid = int(shard_id)
         if sid in rt.row_groups:
             return rt.row_groups[sid]
-        settled, starts = parquet_group_starts(self._ref(sid), rt.res)
+        settled, starts = fmt.row_group_starts(self._ref(sid), rt.res)
         if settled:
             rt.row_groups[sid] = starts
         return starts
 
     def record_bytes(self, shard_id: int, rows: np.ndarray | Sequence[int]) -> np.ndarray | None:
-        """Stored bytes of each of ``rows`` where the format keeps records apart (a JSONL
-        record's line), None where it does not (Parquet, memory)."""
-        if self._memory is not None or self.shard_format(shard_id) != "jsonl":
+        """Stored bytes of each of ``rows`` where the format keeps records apart (the
+        ``record_sizes`` capability: a JSONL record's line), None where it does not."""
+        if not self.format_of(shard_id).capabilities.record_sizes:
             return None
         return self._reader(shard_id).record_bytes(np.asarray(rows, dtype=np.int64))
 
     def bad_rows(self, shard_id: int, rows: np.ndarray | Sequence[int]) -> np.ndarray:
-        """Which of ``rows`` (bool mask) cannot be decoded at all (bad_records.py); only JSONL
-        lines can be."""
+        """Which of ``rows`` (bool mask) cannot be decoded at all (formats/bad_records.py); only
+        formats with the ``bad_rows`` capability (JSONL lines) have such rows."""
         rows = np.asarray(rows, dtype=np.int64)
-        if self._memory is not None or self.shard_format(shard_id) != "jsonl":
+        if not self.format_of(shard_id).capabilities.bad_rows:
             return np.zeros(len(rows), dtype=bool)
         return self._reader(shard_id).bad_rows(rows)
 
@@ -405,24 +411,12 @@ class Dataset:
         return self._reader(shard_id).read_payloads(np.asarray(rows, dtype=np.int64))
 
     def warm(self, shard_ids: Iterable[int]) -> None:
-        """Make shards ready for fast reads: download remote shards (and decode compressed
-        JSONL) into the node cache, line-index JSONL. Thread-safe; a no-op for memory."""
-        if self._memory is not None:
-            for sid in shard_ids:
-                self._index(sid)
-            return
+        """Make shards ready for fast reads, as their format says (``ShardFormat.warm``):
+        download remote shards (and decode compressed JSONL) into the node cache, line-index
+        JSONL. Thread-safe; a no-op for memory."""
         res = self._rt().res
         for sid in shard_ids:
-            ref = self._ref(sid)
-            if self.shard_format(sid) == "jsonl":
-                ranged = (not ref.location.is_local and res.store.remote_reads == "ranges"
-                          and compression_of(ref.name) is None)
-                if ranged:
-                    remote_jsonl_index(ref, res)
-                else:
-                    local_jsonl(ref, res)
-            elif not ref.location.is_local:
-                local_parquet(ref, res)
+            self.format_of(sid).warm(self._source(sid), res)
 
     def close(self) -> None:
         """Close this process's open shard readers (they reopen on the next read)."""

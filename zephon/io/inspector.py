@@ -2,7 +2,7 @@
 
 ``inspect`` shows every format of the root (shards and rows of each, a few rows of the first
 shard of each) and the files it does not read: those that look like data and the rest
-(formats.py)."""
+(formats/classify.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from zephon.io.catalog.discovery import root_files
 from zephon.io.dataset import Dataset
-from zephon.io.discovery import root_files
-from zephon.io.formats import classify
+from zephon.io.formats.classify import classify, supported
 from zephon.io.options import StoreOptions
 
 __all__ = ["DatasetInspector", "inspect_main"]
@@ -93,7 +93,7 @@ def inspect_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zephon inspect",
                                      description="shard count, rows, bytes and a few rows")
     parser.add_argument("url", help="dataset directory or URL")
-    parser.add_argument("--format", dest="fmt", default=None, choices=["jsonl", "parquet"])
+    parser.add_argument("--format", dest="fmt", default=None, choices=list(supported()))
     parser.add_argument("--rows", type=int, default=3, help="rows to print (default 3)")
     parser.add_argument("--shard", type=int, default=None,
                         help="shard id (default: the first of each format)")
@@ -114,7 +114,7 @@ def inspect_main(argv: list[str] | None = None) -> int:
     print(f"format    {ds.fmt}")
     for fmt in ds.formats():
         mine = np.asarray([k == fmt for k in kinds], dtype=bool)
-        print(f"  {fmt:<8}{int(mine.sum())} shard(s), {int(ds.counts()[mine].sum())} rows")
+        print(f"  {fmt + ' ':<8}{int(mine.sum())} shard(s), {int(ds.counts()[mine].sum())} rows")
     print(f"shards    {ds.shard_count()}")
     print(f"rows      {ds.total()} (largest shard {ds.max_count()})")
     if raw is not None:

@@ -1,7 +1,7 @@
 """fetch: pointers in, payload records out (the implicit first operator of every pipeline).
 
 A dataset built with ``on_bad_record="skip"`` gives fewer records than pointers when some of
-its records cannot be decoded (``zephon/io/bad_records.py``): their pointers leave the block
+its records cannot be decoded (``zephon/io/formats/bad_records.py``): their pointers leave the block
 here, counted under ``("fetch", "bad_record")``, like records a filter removes."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pyarrow as pa
 from zephon import accounting
 from zephon.block import Block, NotColumnar, take_table
 from zephon.io import fetch_timing
-from zephon.io.bad_records import read_skipping
+from zephon.io.formats.bad_records import read_skipping
 from zephon.ops.base import BaseOp, OpTraits
 from zephon.payload_values import concat_marks
 

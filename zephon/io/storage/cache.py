@@ -6,7 +6,7 @@ Layout under the cache root::
     shards/<key>-<name>.part-* entries being written (never read; removed when stale)
     checks/<key>.json          an entry's check record: its size and mtime when written, and
                                what its producer verified against the store
-    lineidx/<key>.npy          JSONL line-start offsets (see lines.py)
+    lineidx/<key>.npy          JSONL line-start offsets (see formats/jsonl_lines.py)
     locks/<key>.lock           one lock per entry; locks/.evict.lock for eviction
 
 Concurrency: the process that takes an entry's file lock produces it into a ``.part`` file and
@@ -41,9 +41,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from zephon.io import private_cache
-from zephon.io.durable import fsync_path, write_durably
-from zephon.io.flock import exclusive_lock
+from zephon.io.storage import private_cache
+from zephon.io.storage.durable import fsync_path, write_durably
+from zephon.io.storage.flock import exclusive_lock
 
 __all__ = ["ShardCache", "cache_for", "entry_key"]
 

@@ -1,17 +1,17 @@
-"""Shard formats: which files belong to a format, and auto-detection (spec §3.3).
+"""Which files of a root are shards of which format (by name), and which index is which.
 
-Every shard is read by its own format, told by its name (``*.jsonl[.gz|.zst]`` -> jsonl,
-``*.parquet`` -> parquet), so one dataset root may hold both: such a dataset reports the format
-``"mixed"``. ``fmt=`` given to ``Dataset.from_path`` keeps the shards of that format only (the
-others are named in a warning).
+Every shard is read by its own format, told by its name through the registry (``*.jsonl[.gz|
+.zst]`` -> jsonl, ``*.parquet`` -> parquet, ...), so one dataset root may hold several: such a
+dataset reports the format ``"mixed"``. ``fmt=`` given to ``Dataset.from_path`` keeps the shards
+of that format only (the others are named in a warning).
 
 An ``index.json`` at the root is read first: its ``format`` tag (our indexes have one, as spec
 §13.7 recommends; ``"mixed"`` when its shards differ) decides what kind of index it is; without
-a tag, ``config`` + ``chunks`` -> litdata, ``shards`` -> parquet when the first entry's
-``extra`` has ``row_groups``, otherwise mds. The shards it lists then get their formats from
-their names like listed files do.
+a tag, a registered format may claim it as its own writer's (``ShardFormat.claims_index``), and
+the reference's rules name the rest (``config`` + ``chunks`` -> litdata, ``shards`` -> mds) so
+that the error can say which format this build lacks.
 
-Files that are no shard of a readable format are sorted in two (``classify``): those that
+Files that are no shard of a registered format are sorted in two (``classify``): those that
 look like data (a known data suffix: ``.vortex``, ``.csv``, ``.json``, ``.jsonl.bz2`` ...) are
 named in a warning at discovery, since leaving them unread could lose records without a word;
 the rest (``README.txt``, ``LICENSE``, ``.crc``) are left alone, and ``python -m zephon inspect``
@@ -24,17 +24,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-__all__ = ["SUPPORTED", "KNOWN", "MIXED", "detect_from_index", "format_of", "shard_names",
-           "check_format", "classify", "Classified"]
+from zephon.io.formats import registry
+from zephon.io.formats.registry import MIXED
 
-SUPPORTED = ("jsonl", "parquet")
+__all__ = ["KNOWN", "MIXED", "detect_from_index", "format_of", "shard_names", "check_format",
+           "classify", "Classified", "supported"]
+
+# formats the reference reads; while one is not registered, messages say this build lacks it
 KNOWN = ("jsonl", "parquet", "mds", "litdata", "vortex")
-MIXED = "mixed"
-_SUFFIXES = {
-    "jsonl": (".jsonl", ".jsonl.gz", ".jsonl.gzip", ".jsonl.zst", ".jsonl.zstd"),
-    "parquet": (".parquet",),
-    "vortex": (".vortex",),
-}
+_KNOWN_SUFFIXES = {".vortex": "vortex"}
 # suffixes of files that hold records in a way this build does not read
 _DATA_LIKE = (".json", ".json.gz", ".json.zst", ".ndjson", ".csv", ".tsv", ".arrow", ".feather",
               ".ipc", ".avro", ".orc", ".mds", ".lance", ".tfrecord", ".npy", ".npz", ".pt",
@@ -43,23 +41,30 @@ _DATA_INFIXES = (".jsonl.", ".parquet.", ".ndjson.", ".csv.")  # e.g. .jsonl.bz2
 _NOT_DATA = (".crc", ".md5", ".sha256", ".lock", ".txt", ".md")
 
 
+def supported() -> tuple[str, ...]:
+    """Formats a dataset root can hold in this build (registered, stored in files)."""
+    return tuple(f.name for f in registry.formats() if f.stored)
+
+
 def check_format(fmt: str, where: str) -> str:
     """``fmt`` itself when this build reads it, else ValueError saying so."""
-    if fmt in SUPPORTED:
+    names = supported()
+    if fmt in names:
         return fmt
     if fmt in KNOWN:
         raise ValueError(f"{where}: format {fmt!r} is not supported by this build of zephon "
-                         f"(supported: {', '.join(SUPPORTED)})")
-    raise ValueError(f"{where}: unknown format {fmt!r}; expected one of {', '.join(SUPPORTED)}")
+                         f"(supported: {', '.join(names)})")
+    raise ValueError(f"{where}: unknown format {fmt!r}; expected one of {', '.join(names)}")
 
 
 def format_of(name: str) -> str | None:
-    """The format a file's name says it holds (case-insensitive), or None."""
+    """The format a file's name says it holds (case-insensitive), or None. A format this build
+    lacks is named too (``.vortex`` -> vortex), for its error."""
+    found = registry.format_of(name)
+    if found is not None and found.stored:
+        return found.name
     lower = name.lower()
-    for fmt, suffixes in _SUFFIXES.items():
-        if lower.endswith(suffixes):
-            return fmt
-    return None
+    return next((f for s, f in _KNOWN_SUFFIXES.items() if lower.endswith(s)), None)
 
 
 def shard_names(fmt: str, names: Iterable[str]) -> list[str]:
@@ -78,11 +83,12 @@ class Classified(NamedTuple):
 def classify(names: Iterable[str], fmt: str | None = None) -> Classified:
     """``names`` sorted into shards to read (of ``fmt`` only, when given), files that look like
     data but are not read, and other files."""
+    readable = set(supported())
     shards: dict[str, list[str]] = {}
     unread, other = [], []
     for n in names:
         kind = format_of(n)
-        if kind in SUPPORTED and (fmt is None or kind == fmt):
+        if kind in readable and (fmt is None or kind == fmt):
             shards.setdefault(kind, []).append(n)
         elif kind is not None or _looks_like_data(n):
             unread.append(n)
@@ -99,16 +105,16 @@ def _looks_like_data(name: str) -> bool:
 
 
 def detect_from_index(doc: dict[str, Any]) -> str | None:
+    """Whose index ``doc`` is: Zephon's ``format`` tag, a registered format that claims it, or
+    the reference's rules (which may name a format this build lacks); None for neither."""
     tag = doc.get("format")
     if isinstance(tag, str) and tag:
         return tag.lower()
+    for fmt in registry.formats():
+        if fmt.stored and fmt.claims_index(doc):
+            return fmt.name
     if "config" in doc and "chunks" in doc:
         return "litdata"
-    shards = doc.get("shards")
-    if isinstance(shards, list):
-        first = shards[0] if shards else {}
-        extra = first.get("extra") if isinstance(first, dict) else None
-        if isinstance(extra, dict) and "row_groups" in extra:
-            return "parquet"
+    if isinstance(doc.get("shards"), list):
         return "mds"
     return None

@@ -23,14 +23,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephon.block import take_table
-from zephon.io import read_ahead
+from zephon.io.ahead import read_ahead
 from zephon.io.errors import DataError
-from zephon.io.local_copy import Resources, ShardRef, cached_parquet, local_parquet
+from zephon.io.storage.local_copy import Resources, ShardRef, cached_copy, whole_local_copy
 from zephon.payload_values import mark, payload_rows
 
 __all__ = ["ParquetShardReader", "RowGroupCache", "row_group_cache"]
 
-READ_AHEAD = 2  # row groups decoded ahead of a forward-moving reader (see read_ahead.py)
+READ_AHEAD = 2  # row groups decoded ahead of a forward-moving reader (see ahead/read_ahead.py)
 
 
 class RowGroupCache:
@@ -156,9 +156,9 @@ class ParquetShardReader:
         ref, mode = self.ref, self.res.store.remote_reads
         path = None
         if ref.location.is_local or mode == "whole":
-            path = local_parquet(ref, self.res)
+            path = whole_local_copy(ref, self.res)
         else:
-            path = cached_parquet(ref, self.res)
+            path = cached_copy(ref, self.res)
         try:
             if path is not None:
                 self._file = _open_local(path)
@@ -219,7 +219,7 @@ class ParquetShardReader:
                 if wanted is None or col.path_in_schema.split(".")[0] in wanted:
                     self._fetched += col.total_compressed_size
         if self.res.store.remote_reads == "auto" and self._fetched * 2 >= max(self.ref.size, 1):
-            path = local_parquet(self.ref, self.res)
+            path = whole_local_copy(self.ref, self.res)
             self.close()
             self._file = _open_local(path)
             self._local = True

@@ -7,15 +7,17 @@ copy (see cache.py for the locking and the check records).
 
 What is fetched is checked before the cache keeps it, and refusals that retrying cannot cure are
 raised at once, named (fetch_checks.py). A cached line index is used only if it fits the file it
-indexes (lines.py).
+indexes (formats/jsonl_lines.py).
 """
 
 from __future__ import annotations
 
+import gzip
 import io
 import os
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,10 +27,8 @@ from typing import Any
 import numpy as np
 
 from zephon.io import fetch_timing
-from zephon.io.cache import ShardCache, cache_for, entry_key
-from zephon.io.errors import ShardMissingError
-from zephon.io.fetch_checks import Part, Source, refusals, store_md5
-from zephon.io.lines import (
+from zephon.io.errors import DataError, ShardMissingError
+from zephon.io.formats.jsonl_lines import (
     compression_of,
     decoded_reader,
     load_or_build,
@@ -37,9 +37,12 @@ from zephon.io.lines import (
     scan_stream,
 )
 from zephon.io.options import ResolvedStore
-from zephon.io.storage import Location, with_retries
+from zephon.io.storage.cache import ShardCache, cache_for, entry_key
+from zephon.io.storage.fetch_checks import Part, Source, refusals, store_md5
+from zephon.io.storage.location import Location, with_retries
 
-__all__ = ["Resources", "ShardRef", "local_jsonl", "local_parquet", "remote_jsonl_index"]
+__all__ = ["Resources", "ShardRef", "cached_copy", "decoded_local_copy", "local_jsonl",
+           "remote_jsonl_index", "whole_local_copy"]
 
 
 @dataclass(frozen=True)
@@ -235,15 +238,15 @@ def remote_jsonl_index(ref: ShardRef, res: Resources) -> np.ndarray:
     return load_or_build(idx, build, data_bytes=ref.size or None, label=ref.label)
 
 
-def cached_parquet(ref: ShardRef, res: Resources) -> str | None:
-    """The local copy of a remote Parquet shard if this machine already has one (a bad copy is
+def cached_copy(ref: ShardRef, res: Resources) -> str | None:
+    """The whole local copy of a remote shard if this machine already has one (a bad copy is
     evicted, with a warning: None)."""
     found = res.cache.lookup(ref.remote_key, ref.name, size=ref.size or None, label=ref.label)
     return None if found is None else str(found)
 
 
-def local_parquet(ref: ShardRef, res: Resources) -> str:
-    """A local path holding the whole Parquet shard (downloaded into the cache if remote)."""
+def whole_local_copy(ref: ShardRef, res: Resources) -> str:
+    """A local path holding the whole shard (downloaded as it is into the cache if remote)."""
     loc = ref.location
     if loc.is_local:
         path = loc.path(ref.name)
@@ -266,3 +269,44 @@ def local_parquet(ref: ShardRef, res: Resources) -> str:
                                        size=ref.size or None, label=ref.label)
     fetch_timing.note("resolve_ns", fetch_timing.timed_ns() - t0)
     return str(path)
+
+
+def decoded_local_copy(ref: ShardRef, res: Resources) -> str:
+    """A local path holding the whole shard decompressed (``.gz``/``.zst`` names, decoded once
+    into the node cache, also for a local file); an uncompressed shard as ``whole_local_copy``."""
+    if compression_of(ref.name) is None:
+        return whole_local_copy(ref, res)
+    loc = ref.location
+    if loc.is_local:  # key on the file's current identity
+        st = _stat(ref, loc.path(ref.name))
+        key = entry_key("decoded", os.path.abspath(loc.path(ref.name)), str(st.st_size),
+                        str(st.st_mtime_ns))
+    else:
+        key = ref.remote_key
+
+    def produce(part: Path) -> dict[str, Any]:
+        def consume(src: Source, sink: Any) -> None:
+            try:
+                reader = decoded_reader(src, ref.name)
+                while chunk := reader.read(8 << 20):
+                    sink(chunk)
+            except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+                raise _undecodable(ref, e) from e
+            except (OSError, DataError):
+                raise  # the store's or the disk's trouble: retried or named as such
+            except Exception as e:  # zstandard.ZstdError
+                raise _undecodable(ref, e) from e
+
+        return _download(ref, res, part, "decompressing", consume)[1]
+
+    t0 = fetch_timing.timed_ns()
+    with refusals(ref, res.cache.root, local=True):
+        path = res.cache.get_or_create(key, decoded_name(ref.name), produce, None,
+                                       label=ref.label)
+    fetch_timing.note("resolve_ns", fetch_timing.timed_ns() - t0)
+    return str(path)
+
+
+def _undecodable(ref: ShardRef, e: BaseException) -> DataError:
+    return DataError(f"cannot decompress ({type(e).__name__}: {e}); the file is truncated or "
+                     "not what its name says", dataset=ref.dataset, shard=ref.display)

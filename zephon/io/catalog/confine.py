@@ -21,7 +21,7 @@ import posixpath
 import fsspec.core
 
 from zephon.io.errors import DataError
-from zephon.io.storage import Location
+from zephon.io.storage.location import Location
 
 __all__ = ["confined_name", "check_local_link"]
 

@@ -26,11 +26,10 @@ import pyarrow.json as pj
 
 from zephon._ext import kernel
 from zephon.block import NotColumnar
-from zephon.io.bad_records import BadRecordError
 from zephon.io.errors import DataError
-from zephon.io.lines import compression_of
-from zephon.io.local_copy import Resources, ShardRef, local_jsonl, remote_jsonl_index
-from zephon.io.records import (
+from zephon.io.formats.bad_records import BadRecordError
+from zephon.io.formats.jsonl_lines import compression_of
+from zephon.io.formats.records import (
     arrow_member_counts,
     flat_record_table,
     has_nested_objects,
@@ -38,6 +37,7 @@ from zephon.io.records import (
     table_from_dicts,
     with_sparse,
 )
+from zephon.io.storage.local_copy import Resources, ShardRef, local_jsonl, remote_jsonl_index
 
 __all__ = ["JsonlShardReader"]
 

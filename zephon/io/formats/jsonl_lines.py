@@ -23,8 +23,8 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from zephon._ext import kernel
-from zephon.io.durable import write_durably
 from zephon.io.errors import DataError
+from zephon.io.storage.durable import write_durably
 
 __all__ = ["CHUNK", "compression_of", "decoded_reader", "scan_stream", "load_or_build"]
 

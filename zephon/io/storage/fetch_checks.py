@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zephon.io.errors import DataError, StorageError
-from zephon.io.storage import is_transient
+from zephon.io.storage.location import is_transient
 
 if TYPE_CHECKING:
-    from zephon.io.local_copy import ShardRef
+    from zephon.io.storage.local_copy import ShardRef
 
 __all__ = ["DigestMismatch", "Part", "Source", "refusals", "store_md5"]
 

@@ -1,6 +1,7 @@
 """``index.json``: shard names, sizes and row counts, so start-up opens no shard.
 
-Written by ``build_index`` / ``python -m zephon build-index {jsonl|parquet|auto} DIR_OR_URL``::
+Written by ``build_index`` / ``python -m zephon build-index {FORMAT|auto} DIR_OR_URL`` for the
+formats with the ``index_file`` capability (JSONL, Parquet, ...)::
 
     {"format": "parquet", "version": 1,
      "shards": [{"name": "part-0.parquet", "bytes": 1234, "rows": 1000,
@@ -9,7 +10,7 @@ Written by ``build_index`` / ``python -m zephon build-index {jsonl|parquet|auto}
 ``"auto"`` indexes every shard of the root, each in the format its name says; the tag is then
 that format, or ``"mixed"``. An index of one format is refused for a root that also holds
 shards of another: discovery trusts an index without listing the root, so those would never
-be read. Every name read from an index must lie inside the root (confine.py).
+be read. Every name read from an index must lie inside the root (catalog/confine.py).
 
 Reading also accepts third-party indexes (Spark/Ray writers) with the usual field spellings
 (``path``/``basename``, ``num_rows``/``samples``, ``size``/``num_bytes``).
@@ -24,13 +25,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from zephon.io.confine import confined_name
+from zephon.io.catalog.confine import confined_name
 from zephon.io.errors import DataError
-from zephon.io.formats import MIXED, SUPPORTED, classify
-from zephon.io.local_copy import Resources, ShardRef
+from zephon.io.formats import registry
+from zephon.io.formats.base import ShardStats
+from zephon.io.formats.classify import MIXED, classify
 from zephon.io.options import resolve_store
-from zephon.io.shard_stats import ShardStats, shard_stats
-from zephon.io.storage import Location
+from zephon.io.storage.local_copy import Resources, ShardRef
+from zephon.io.storage.location import Location
 
 __all__ = ["INDEX_NAME", "IndexEntry", "build_index", "main", "read_index", "index_entries"]
 
@@ -137,24 +139,27 @@ class _PlainProgress:
 def build_index(format_name: str, dataset_dir: str | os.PathLike, *,
                 output_path: str | os.PathLike | None = None, progress: bool = True,
                 max_workers: int = 8, storage_options: dict[str, Any] | None = None) -> Path | str:
-    """Write ``index.json`` for a JSONL, Parquet or (``"auto"``) mixed dataset (local directory
-    or URL). A root that also holds shards of a format other than ``format_name`` is refused
-    (ValueError naming them): use ``"auto"``.
+    """Write ``index.json`` for a dataset of one format with the ``index_file`` capability
+    (JSONL, Parquet, ...) or (``"auto"``) of several (local directory or URL). A root that also
+    holds shards of a format other than ``format_name`` is refused (ValueError naming them):
+    use ``"auto"``.
 
     Inspects up to ``max_workers`` shards at a time. Returns the local ``Path`` written, or the
     URL for a remote destination.
     """
-    if format_name not in SUPPORTED and format_name != "auto":
+    indexable = _indexable()
+    if format_name not in indexable and format_name != "auto":
         raise ValueError(f"build_index: unsupported format {format_name!r}; use one of "
-                         f"{SUPPORTED + ('auto',)}")
+                         f"{indexable + ('auto',)}")
     if max_workers < 1:
         raise ValueError(f"max_workers must be >= 1, got {max_workers}")
     location = Location(os.fspath(dataset_dir), dict(storage_options or {}))
     location.check_root()
     listing = [f for f in location.list_files() if f.name != INDEX_NAME]
-    found = classify([f.name for f in listing]).shards
+    found = {k: v for k, v in classify([f.name for f in listing]).shards.items()
+             if k in indexable}
     if format_name not in found and (format_name != "auto" or not found):
-        what = "jsonl or parquet" if format_name == "auto" else format_name
+        what = " or ".join(indexable) if format_name == "auto" else format_name
         raise ValueError(f"no {what} shards under {location.display()}")
     others = sorted(n for k, names in found.items() if k != format_name for n in names)
     if format_name != "auto" and others:
@@ -170,7 +175,7 @@ def build_index(format_name: str, dataset_dir: str | os.PathLike, *,
     bar = _progress(len(refs), progress, f"indexing {location.display()}")
 
     def one(ref: ShardRef) -> ShardStats:
-        stats = shard_stats(kind_of[ref.name], ref, res, keep=False)
+        stats = registry.get(kind_of[ref.name]).count(ref, res, keep=False)
         if bar is not None:
             bar.update(1)
         return stats
@@ -189,6 +194,11 @@ def build_index(format_name: str, dataset_dir: str | os.PathLike, *,
     return _write(location, INDEX_NAME, data)
 
 
+def _indexable() -> tuple[str, ...]:
+    """Formats whose shards Zephon's index.json lists (the ``index_file`` capability)."""
+    return tuple(f.name for f in registry.formats() if f.stored and f.capabilities.index_file)
+
+
 def _write(location: Location, name: str, data: bytes) -> Path | str:
     """Local files are replaced atomically (a reader never sees half an index)."""
     path = location.path(name)
@@ -202,8 +212,9 @@ def _write(location: Location, name: str, data: bytes) -> Path | str:
     return location.display(name)
 
 
-_USAGE = """usage: python -m zephon build-index {jsonl|parquet|auto} DIR_OR_URL [--output PATH]
-                                          [--workers N] [--no-progress]"""
+_USAGE = """usage: python -m zephon build-index {{FORMAT|auto}} DIR_OR_URL [--output PATH]
+                                          [--workers N] [--no-progress]
+FORMAT: a format whose shards index.json lists ({formats})"""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     the error and return 1."""
     args = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in args):
-        print(_USAGE)
+        print(_USAGE.format(formats=", ".join(_indexable())))
         return 0
     opts: dict[str, Any] = {"output_path": None, "max_workers": 8, "progress": True}
     positional = []
@@ -231,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     except (StopIteration, ValueError):
         positional = []
     if len(positional) != 2:
-        print(_USAGE, file=sys.stderr)
+        print(_USAGE.format(formats=", ".join(_indexable())), file=sys.stderr)
         return 1
     fmt, root = positional
     try:

@@ -1,22 +1,26 @@
-"""In-memory shards (tests, small corpora, generated data).
+"""In-memory shards (tests, small corpora, generated data) as a registry entry.
 
-Readers never hand out the user's objects: ``read_payloads`` returns deep copies and
-``read_table`` builds a fresh Arrow table, so no pipeline stage can mutate the caller's data
-(the reference mutates payloads in place).
+``Dataset.from_dict`` holds ``InMemoryShard`` objects instead of files: the format has no
+suffixes and is never detected, but is read like any other (``MEMORY.open`` on a
+``MemoryShardRef``). Readers never hand out the user's objects: ``read_payloads`` returns deep
+copies and ``read_table`` builds a fresh Arrow table, so no pipeline stage can mutate the
+caller's data (the reference mutates payloads in place).
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from zephon.io.records import table_from_dicts
+from zephon.io.formats.base import Resources, ShardFormat
+from zephon.io.formats.records import table_from_dicts
 
-__all__ = ["InMemoryShard", "MemoryShardReader"]
+__all__ = ["MEMORY", "InMemoryShard", "MemoryFormat", "MemoryShardReader", "MemoryShardRef"]
 
 
 class InMemoryShard(Sequence):
@@ -81,6 +85,37 @@ class MemoryShardReader:
 
     def read_payloads(self, rows: np.ndarray) -> list[Any]:
         return [copy.deepcopy(p) for p in self._select(rows)]
+
+
+@dataclass(frozen=True)
+class MemoryShardRef:
+    """One in-memory shard of a dataset (what ``MEMORY.open`` reads)."""
+
+    dataset: str
+    shard_id: int
+    shard: InMemoryShard
+    location: None = None  # no storage: nothing is downloaded, nothing checked for links
+
+    @property
+    def display(self) -> str:
+        return f"memory:{self.shard_id}"
+
+
+class MemoryFormat(ShardFormat):
+    name = "memory"
+    stored = False
+
+    def open(self, ref: MemoryShardRef, res: Resources) -> MemoryShardReader:  # type: ignore[override]
+        return MemoryShardReader(ref.dataset, ref.shard_id, ref.shard)
+
+    def downloads_whole(self, ref: Any, res: Resources) -> bool:
+        return False
+
+    def warm(self, ref: Any, res: Resources) -> None:
+        pass
+
+
+MEMORY = MemoryFormat()
 
 
 def memory_shards(name: str, shards: Mapping[Any, Any]) -> dict[int, InMemoryShard]:

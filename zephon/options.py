@@ -45,9 +45,11 @@ KNOWN_OPTIONS: dict[str, Any] = {
     "mtp_auto_checkpoint": True, "execution_tracking": None, "metrics_sink_config": None,
     "emit_fetch_metrics": None, "emit_prefetch_metrics": None, "progress": None,
     "log_level": None,
+    # the Ray runner (engine/ray_config.py)
+    "ray_address": None, "ray_workers": None, "ray_resources": None, "ray_runtime_env": None,
 }
 
-RUNNERS = ("process", "threads", "inline")
+RUNNERS = ("process", "threads", "inline", "ray")
 
 
 def _runner(text: str) -> str:
@@ -64,7 +66,7 @@ INT_OPTIONS: dict[str, int | None] = {
     "default_stage_prefetch": None, "op_queue_capacity": None, "shm_slots": 1,
     "max_worker_retries": 0, "canonical_replicas": 1, "dp_degree": 1, "dp_group_id": 0,
     "world_size": 1, "global_rank": 0, "flush_every_k_chunks": 0, "mtp_buffer": None,
-    "mtp_prefetch": None,
+    "mtp_prefetch": None, "ray_workers": 1,
 }
 
 # Options that are byte sizes: an int or a string like "1mb", in options() and the environment.
@@ -96,6 +98,8 @@ ENV_OPTIONS: dict[str, tuple[str, Any]] = {
     "shm_slots": ("ZEPHON_SHM_SLOTS", _env_int("shm_slots")),
     "log_level": ("ZEPHON_LOG_LEVEL", str),
     "micro_batch_size": ("ZEPHON_MICRO_BATCH", _env_int("micro_batch_size")),
+    "ray_address": ("ZEPHON_RAY_ADDRESS", str),
+    "ray_workers": ("ZEPHON_RAY_WORKERS", _env_int("ray_workers")),
     "progress": ("ZEPHON_PROGRESS", lambda s: s.strip().lower() not in ("", "0", "false", "no")),
 }
 
@@ -160,6 +164,12 @@ class RuntimeOptions:
             prev = self.explicit.get("io_options")
             value = (StoreOptions.coerce(prev).merged(value) if prev is not None
                      else StoreOptions.coerce(value))
+        if name in ("ray_resources", "ray_runtime_env") and value is not None:
+            from zephon.engine import ray_config
+
+            check = (ray_config.check_resources if name == "ray_resources"
+                     else ray_config.check_runtime_env)
+            value = check(value)
         if name == "mixture_config":
             from zephon.work.read_config import coerce
 

@@ -14,9 +14,12 @@ from zephon.engine.topology import resolve_topology
 log = logging.getLogger("zephon")
 
 def engine_kind(pipeline) -> tuple[str, int]:
-    """("inline" | "process" | "threads", workers) chosen from options and environment."""
+    """("inline" | "process" | "threads" | "ray", workers) chosen from options and environment
+    (for "ray": ``ray_workers``, 0 when the cluster's CPUs decide)."""
     opts = pipeline._options
     runner, _ = opts.resolve("runner")
+    if runner == "ray":
+        return "ray", int(opts.get("ray_workers") or 0)
     workers, _ = opts.resolve("num_workers")
     if runner == "inline":
         return "inline", 0
@@ -68,6 +71,10 @@ class Session:
                         topo.canonical_replicas, self.micro, restore or None, extra)
 
     def _make_engine(self):
+        if self.kind == "ray":  # imports Ray: only when chosen
+            from zephon.engine.ray_runner import RayEngine
+
+            return RayEngine(self.lane_plan(), self.pipeline._options)
         if self.kind == "inline" or self.workers == 0:
             from zephon.engine.inline import InlineEngine
 
@@ -145,8 +152,10 @@ class Session:
         if held:  # the process engine's counts arrive with its frames instead
             obs.held = held
         self._gather_counters()
-        return obs.snapshot({"engine": self.kind, "workers": self.workers,
-                             "priming": self.priming})
+        extra = {"engine": self.kind, "workers": self.workers, "priming": self.priming}
+        if hasattr(engine, "snapshot_extra"):  # the Ray runner: its actors and their nodes
+            extra.update(engine.snapshot_extra())
+        return obs.snapshot(extra)
 
     def timing_snapshot(self, kind: str) -> Any:
         """``FetchTimingSummary`` (kind "fetch") or ``PrefetchTimingSummary`` ("prefetch"),

@@ -18,6 +18,7 @@ import pytest
 from test_checkpoint import _make, _sig
 
 from zephon import Pipeline
+from zephon.engine.worker import WorkerCrashedError
 from zephon.io import Dataset
 from zephon.work import StaticMixtureWorkSource
 
@@ -135,8 +136,8 @@ def _pool(p):
     return p._runtime.engine.scheduler.pool
 
 
-def _records(corpus_dir, fn=None, batch=5, lanes=2, micro=37, chunk_size=90, **opts):
-    """fetch -> [map_transform(fn)] -> batch: every operator but batch runs in the actors."""
+def _records(corpus_dir, fn=None, batch=5, lanes=2, micro=37, chunk_size=90, op=None, **opts):
+    """fetch -> [map_transform(fn)] -> [op] -> batch: all but batch run in the actors."""
     ds = [Dataset.from_path("code", str(corpus_dir / "code")),
           Dataset.from_path("web", str(corpus_dir / "web"))]
     ws = StaticMixtureWorkSource(ds, {"code": 0.25, "web": 0.75}, seed=7, chunk_size=chunk_size)
@@ -144,6 +145,8 @@ def _records(corpus_dir, fn=None, batch=5, lanes=2, micro=37, chunk_size=90, **o
                              **opts)
     if fn is not None:
         p = p.map_transform(fn)
+    if op is not None:
+        p = p.add_op(op)
     return p.batch(microbatch_size=batch)
 
 
@@ -254,6 +257,53 @@ def test_an_operator_error_in_an_actor_is_raised_where_inline_raises_it(cluster,
     assert "map_transform" in str(error)
     remote = str(error.__cause__)
     assert "in Ray actor pid" in remote and "no such luck" in remote
+
+
+@pytest.mark.slow
+def test_an_actor_dying_on_every_try_ends_the_run_naming_the_micro_batch(cluster, corpus_dir):
+    def die(r):
+        if r["doc_id"] == "web-417":
+            os._exit(3)  # the actor's process ends: a crash, not an operator error
+        return r
+
+    p = _records(corpus_dir, die, runner="ray", ray_workers=2, max_worker_retries=1)
+    with pytest.raises(WorkerCrashedError) as info:
+        list(p)
+    text = str(info.value)
+    assert "a Ray actor died" in text and "2 times on the micro-batch of lane" in text
+    assert "max_worker_retries=1" in text and "starting at sample" in text
+    assert p.metrics_snapshot()["ray"]["replaced"] == 2
+
+
+@pytest.mark.slow
+def test_operators_are_set_up_once_per_actor_and_a_failed_setup_is_raised(cluster, corpus_dir,
+                                                                          tmp_path):
+    from zephon.ops.base import BaseOp, OpTraits
+
+    class Marked(BaseOp):
+        def __init__(self, fail: bool) -> None:
+            self.fail = fail
+
+        def traits(self):
+            return OpTraits(preserves_cursor_order=True)
+
+        def setup(self, ctx):
+            super().setup(ctx)
+            if self.fail:
+                raise OSError("model weights not found on this node")
+            (tmp_path / f"setup.{os.getpid()}.{ctx.get('worker_id')}").write_text(ctx.get("runner"))
+
+        def process_many(self, elems):
+            return elems
+
+    p = _records(corpus_dir, op=Marked(False), runner="ray", ray_workers=2)
+    assert sum(len(b) for b in p) == 2400
+    marks = sorted(m.name.rsplit(".", 1)[1] for m in tmp_path.iterdir())
+    assert marks == ["0", "1"] and {m.read_text() for m in tmp_path.iterdir()} == {"ray"}
+
+    q = _records(corpus_dir, op=Marked(True), runner="ray", ray_workers=2)
+    with pytest.raises(OSError, match="model weights not found on this node"):
+        list(q)
 
 
 @pytest.mark.slow

@@ -55,13 +55,14 @@ class StageActor:
 
     def run(self, block) -> tuple:
         """("done", finished block or None) | ("fail", packed exception) | ("fatal", packed
-        setup error), then the operator counters since the last call and the busy time."""
+        setup error), then the operator counters since the last call, and the wall and CPU
+        time the call took (CPU below wall: the node's cores are shared with other work)."""
         if self.setup_error is not None:
-            return ("fatal", self.setup_error, {}, 0)
-        t0 = time.perf_counter_ns()
+            return ("fatal", self.setup_error, {}, 0, 0)
+        t0, c0 = time.perf_counter_ns(), time.process_time_ns()
         try:
             out: tuple = ("done", apply_ops(self.ops, block))
         except Exception as e:
             out = ("fail", wire.pack_exception(e))
-        busy = time.perf_counter_ns() - t0
-        return (*out, metrics.LOCAL.take_delta(), busy)
+        busy, cpu = time.perf_counter_ns() - t0, time.process_time_ns() - c0
+        return (*out, metrics.LOCAL.take_delta(), busy, cpu)

@@ -40,6 +40,7 @@ class _Actor:
     where: dict | None = None
     inflight: dict = field(default_factory=dict)  # ObjectRef -> seq
     busy_ns: int = 0
+    cpu_ns: int = 0
     blocks: int = 0
     started: float = field(default_factory=time.monotonic)
 
@@ -125,7 +126,7 @@ class ActorPool:
 
     def _finished(self, a: _Actor, ref) -> None:
         try:
-            status, value, delta, busy = ray.get(ref)
+            status, value, delta, busy, cpu = ray.get(ref)
         except rex.RayTaskError as e:  # raised around the operators (e.g. unpickling the task)
             seq = a.inflight.pop(ref)
             self.on_failure(seq, wire.pack_exception(e.as_instanceof_cause()), a.where)
@@ -136,6 +137,7 @@ class ActorPool:
         seq = a.inflight.pop(ref)
         metrics.LOCAL.merge(delta)  # the actor's operator counters and losses
         a.busy_ns += busy
+        a.cpu_ns += cpu
         a.blocks += 1
         if status == "done":
             self.on_result(seq, value)
@@ -190,7 +192,7 @@ class ActorPool:
                         "ready": a.where is not None, "node_id": w.get("node_id"),
                         "ip": w.get("ip"), "host": w.get("host"), "pid": w.get("pid"),
                         "inflight": len(a.inflight), "blocks": a.blocks,
-                        "busy_s": a.busy_ns / 1e9})
+                        "busy_s": a.busy_ns / 1e9, "cpu_s": a.cpu_ns / 1e9})
         return out
 
     def handles(self) -> list:

@@ -161,7 +161,8 @@ class RayEngine:
             where = (f"node {a['node_id'][:12]} ({a['ip']}) pid {a['pid']}" if a["ready"]
                      else "starting")
             lines.append(f"  ray actor {a['index']}.{a['generation']}: {where}, "
-                         f"{a['blocks']} blocks, busy {a['busy_s']:.2f}s, "
+                         f"{a['blocks']} blocks, busy {a['busy_s']:.2f}s "
+                         f"(cpu {a['cpu_s']:.2f}s), "
                          f"{a['inflight']} in flight")
         return lines
 

@@ -1,13 +1,15 @@
 """The Ray runner against the process runner, on this machine: W2 (tokenize -> shuffle ->
-pack_flat(2049, best_fit) -> batch(8)) over JSONL.
+pack_flat(2049, best_fit) -> batch(8)) over JSONL, and W1 (fetch + batch(32)) where the
+transport is most of the work.
 
-    python benchmarks/bench_ray.py [--docs 20000] [--batches 250] [--rounds 3] [--json out.json]
+    python benchmarks/bench_ray.py [--docs 20000] [--batches 200] [--rounds 3] [--json out.json]
 
-- overhead: tokens/s with the stateless stage (fetch, tokenize) in 2 Ray actors against 2
+- overhead: throughput with the stateless stage (fetch, tokenize) in 2 Ray actors against 2
   worker processes, as a ratio. Both runners do the same work per block; what differs is the
   transport (the object store and Ray's task calls against shared-memory slots and pipes) and
-  where the serial stage runs (the training process against the coordinator process);
-- scaling: tokens/s with 1 and 2 actors.
+  where the serial stage runs (the training process against the coordinator process), which
+  shows as the training process's CPU per batch;
+- scaling: W2 tokens/s with 1 and 2 actors.
 
 The Ray cluster is started once by this script on this machine (2 CPUs, a 200 MB object
 store, no dashboard) and shut down at the end; each run starts its own actors, which is timed
@@ -34,10 +36,11 @@ from zephon.bench.workloads import batch_counts, build, clear_caches
 MB = 1 << 20
 
 
-def run(corpus, params, runner: str, workers: int, batches: int) -> dict:
-    """One W2 run: seconds to the first batch and tokens/s after it."""
+def run(corpus, params, workload: str, runner: str, workers: int, batches: int) -> dict:
+    """One run: seconds to the first batch, then tokens/s (W2) or records/s (W1) and the
+    training process's CPU per batch after it."""
     clear_caches()
-    p = build(corpus, "W2", "jsonl", workers, params)
+    p = build(corpus, workload, "jsonl", workers, params)
     if runner == "ray":
         p.options(runner="ray", ray_workers=workers)
     else:
@@ -47,18 +50,18 @@ def run(corpus, params, runner: str, workers: int, batches: int) -> dict:
     try:
         next(it)
         first = time.perf_counter() - t0
-        t1, tokens, n = time.perf_counter(), 0, 0
+        t1, c1, amount, n = time.perf_counter(), time.process_time(), 0, 0
         for b in it:
-            tokens += batch_counts(b)[1]
+            amount += batch_counts(b)[1] if workload == "W2" else len(b)
             n += 1
             if n == batches:
                 break
-        wall = time.perf_counter() - t1
+        wall, cpu = time.perf_counter() - t1, time.process_time() - c1
         snap = p.metrics_snapshot()
     finally:
         p.close()
-    out = {"runner": runner, "workers": workers, "first_batch_s": first,
-           "tokens_per_s": tokens / wall, "batches": n}
+    out = {"workload": workload, "runner": runner, "workers": workers, "first_batch_s": first,
+           "per_s": amount / wall, "batches": n, "driver_cpu_ms_per_batch": 1e3 * cpu / n}
     if runner == "ray":
         # wall time in the operators against CPU time: below 1, the actor waited for a core
         out["actor_busy_s"] = [round(a["busy_s"], 2) for a in snap["ray"]["actors"]]
@@ -81,37 +84,48 @@ def main(argv: list[str] | None = None) -> int:
     params = with_overrides(QUICK, shuffle_buffer=1024)
     ray.init(num_cpus=2, object_store_memory=200 * MB, include_dashboard=False,
              logging_level=logging.WARNING)
-    plan = [("process", 2), ("ray", 2), ("ray", 1)]
+    plan = [("W2", "process", 2), ("W2", "ray", 2), ("W2", "ray", 1), ("W1", "process", 2),
+            ("W1", "ray", 2)]
     runs: list[dict] = []
     try:
         for r in range(args.rounds):
-            for runner, workers in plan:
-                out = run(corpus, params, runner, workers, args.batches)
+            for workload, runner, workers in plan:
+                n = args.batches if workload == "W2" else 8 * args.batches
+                out = run(corpus, params, workload, runner, workers, n)
                 runs.append(out)
-                print(f"round {r + 1}: {runner:7s} x{workers}  first batch "
-                      f"{out['first_batch_s']:5.2f} s  {out['tokens_per_s'] / 1e6:6.3f} M tok/s"
+                unit = "M tok/s" if workload == "W2" else "M rec/s"
+                print(f"round {r + 1}: {workload} {runner:7s} x{workers}  first batch "
+                      f"{out['first_batch_s']:5.2f} s  {out['per_s'] / 1e6:6.3f} {unit}  "
+                      f"training process {out['driver_cpu_ms_per_batch']:.2f} ms CPU/batch"
                       + (f"  actor busy {out['actor_busy_s']} s, on a core "
                          f"{out['actor_cpu_share']} of it" if runner == "ray" else ""),
                       flush=True)
     finally:
         ray.shutdown()
 
-    def med(runner: str, workers: int, key: str = "tokens_per_s") -> float:
-        return statistics.median(x[key] for x in runs
-                                 if x["runner"] == runner and x["workers"] == workers)
+    def med(workload: str, runner: str, workers: int, key: str = "per_s") -> float:
+        return statistics.median(x[key] for x in runs if x["workload"] == workload
+                                 and x["runner"] == runner and x["workers"] == workers)
 
-    summary = {"process_x2_tok_s": med("process", 2), "ray_x2_tok_s": med("ray", 2),
-               "ray_x1_tok_s": med("ray", 1),
-               "ray_x2_over_process_x2": med("ray", 2) / med("process", 2),
-               "ray_x2_over_ray_x1": med("ray", 2) / med("ray", 1),
-               "first_batch_s": {f"{r}_x{w}": med(r, w, "first_batch_s") for r, w in plan}}
-    print(f"\nmedians over {args.rounds} rounds (W2, {args.docs} docs, {args.batches} batches "
-          f"of 8 x 2049 after the first):")
-    print(f"  process x2 {summary['process_x2_tok_s'] / 1e6:.3f} M tok/s, "
-          f"ray x2 {summary['ray_x2_tok_s'] / 1e6:.3f}, ray x1 {summary['ray_x1_tok_s'] / 1e6:.3f}")
-    print(f"  ray x2 / process x2 = {summary['ray_x2_over_process_x2']:.2f}  "
-          f"(the object store and Ray's calls against shared-memory slots)")
-    print(f"  ray x2 / ray x1 = {summary['ray_x2_over_ray_x1']:.2f}  (2 cores, shared)")
+    def span(workload: str, runner: str, workers: int) -> str:
+        v = [x["per_s"] / 1e6 for x in runs if x["workload"] == workload
+             and x["runner"] == runner and x["workers"] == workers]
+        return f"{statistics.median(v):.3f} ({min(v):.3f}-{max(v):.3f})"
+
+    summary = {f"{w}_{r}_x{n}": {k: med(w, r, n, k) for k in
+                                 ("per_s", "first_batch_s", "driver_cpu_ms_per_batch")}
+               for w, r, n in plan}
+    summary["W2_ray_x2_over_process_x2"] = med("W2", "ray", 2) / med("W2", "process", 2)
+    summary["W1_ray_x2_over_process_x2"] = med("W1", "ray", 2) / med("W1", "process", 2)
+    summary["W2_ray_x2_over_ray_x1"] = med("W2", "ray", 2) / med("W2", "ray", 1)
+    print(f"\nmedians (min-max) over {args.rounds} rounds, {args.docs} docs:")
+    print(f"  W2 M tok/s: process x2 {span('W2', 'process', 2)}, ray x2 {span('W2', 'ray', 2)}, "
+          f"ray x1 {span('W2', 'ray', 1)}")
+    print(f"  W1 M rec/s: process x2 {span('W1', 'process', 2)}, ray x2 {span('W1', 'ray', 2)}")
+    print(f"  ray x2 / process x2: W2 {summary['W2_ray_x2_over_process_x2']:.2f}, "
+          f"W1 {summary['W1_ray_x2_over_process_x2']:.2f}  (the object store and Ray's calls "
+          f"against shared-memory slots; the serial stage in the training process)")
+    print(f"  W2 ray x2 / ray x1 = {summary['W2_ray_x2_over_ray_x1']:.2f}  (2 shared cores)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"runs": runs, "summary": summary}, f, indent=1)

@@ -319,6 +319,23 @@ def test_storage_settings_reach_the_actors(cluster, corpus_dir, tmp_path, monkey
 
 
 @pytest.mark.slow
+def test_a_pipeline_connects_to_ray_itself_and_disconnects_at_its_end(cluster, corpus_dir):
+    want = [_sig(b) for b in _records(corpus_dir)]
+    ray.shutdown()
+    try:
+        p = _records(corpus_dir, runner="ray", ray_workers=1, ray_address=cluster.address)
+        it = iter(p)
+        got = [_sig(next(it))]
+        assert ray.is_initialized()
+        got += [_sig(b) for b in it]
+        assert got == want
+        assert not ray.is_initialized()  # the connection was the pipeline's: closed with it
+    finally:
+        if not ray.is_initialized():
+            ray.init(address=cluster.address, logging_level=logging.WARNING)
+
+
+@pytest.mark.slow
 def test_a_removed_node_is_survived(cluster, corpus_dir, tokenizer_path, caplog):
     """Last in the module: the cluster keeps one node after it."""
     want = _inline(corpus_dir, tokenizer_path)

@@ -225,6 +225,8 @@ def test_runner_from_the_environment(monkeypatch):
     monkeypatch.setenv("ZEPHON_RUNNER", "inline")
     assert engine_kind(p) == ("inline", 0)
     assert engine_kind(build().options(num_workers=2, runner="process")) == ("process", 2)
-    monkeypatch.setenv("ZEPHON_RUNNER", "ray")
-    with pytest.raises(ValueError, match="ZEPHON_RUNNER='ray'.*process, threads, inline"):
+    monkeypatch.setenv("ZEPHON_RUNNER", "Ray")
+    assert engine_kind(p) == ("ray", 0)  # 0: as many actors as the cluster's CPUs allow
+    monkeypatch.setenv("ZEPHON_RUNNER", "dask")
+    with pytest.raises(ValueError, match="ZEPHON_RUNNER='dask'.*process, threads, inline, ray"):
         engine_kind(p)

@@ -49,9 +49,11 @@ KNOWN_OPTIONS: dict[str, Any] = {
     "mixture_tolerance": None, "mixture_window": None,
     # sizes slots, buffers and caches to fit (zephon/engine/memory.py)
     "memory_budget": None,
+    # the Ray runner (engine/ray_config.py)
+    "ray_address": None, "ray_workers": None, "ray_resources": None, "ray_runtime_env": None,
 }
 
-RUNNERS = ("process", "threads", "inline")
+RUNNERS = ("process", "threads", "inline", "ray")
 
 
 def _runner(text: str) -> str:
@@ -68,7 +70,7 @@ INT_OPTIONS: dict[str, int | None] = {
     "default_stage_prefetch": None, "op_queue_capacity": None, "shm_slots": 1,
     "max_worker_retries": 0, "canonical_replicas": 1, "dp_degree": 1, "dp_group_id": 0,
     "world_size": 1, "global_rank": 0, "flush_every_k_chunks": 0, "mtp_buffer": None,
-    "mtp_prefetch": None,
+    "mtp_prefetch": None, "ray_workers": 1,
 }
 
 # Options that are byte sizes: an int or a string like "1mb", in options() and the environment.
@@ -106,6 +108,8 @@ ENV_OPTIONS: dict[str, tuple[str, Any]] = {
     "shm_slots": ("ZEPHON_SHM_SLOTS", _env_int("shm_slots")),
     "log_level": ("ZEPHON_LOG_LEVEL", str),
     "micro_batch_size": ("ZEPHON_MICRO_BATCH", _env_int("micro_batch_size")),
+    "ray_address": ("ZEPHON_RAY_ADDRESS", str),
+    "ray_workers": ("ZEPHON_RAY_WORKERS", _env_int("ray_workers")),
     "progress": ("ZEPHON_PROGRESS", lambda s: s.strip().lower() not in ("", "0", "false", "no")),
     "mixture_tolerance": ("ZEPHON_MIXTURE_TOLERANCE", float),
     "mixture_window": ("ZEPHON_MIXTURE_WINDOW", int),
@@ -166,6 +170,12 @@ class RuntimeOptions:
             prev = self.explicit.get("io_options")
             value = (StoreOptions.coerce(prev).merged(value) if prev is not None
                      else StoreOptions.coerce(value))
+        if name in ("ray_resources", "ray_runtime_env") and value is not None:
+            from zephon.engine import ray_config
+
+            check = (ray_config.check_resources if name == "ray_resources"
+                     else ray_config.check_runtime_env)
+            value = check(value)
         if name == "mixture_config":
             from zephon.work.read_config import coerce
 

@@ -14,6 +14,18 @@ def _parallelism(op) -> int:
         return 1
 
 
+def _ray_lines(pipeline) -> list[str]:
+    """The Ray runner's settings and, while the pipeline runs, its actors (no Ray import)."""
+    from zephon.engine.ray_config import RayConfig
+
+    lines = [f"  ray: {RayConfig.from_options(pipeline._options).describe()}"]
+    engine = getattr(getattr(pipeline, "_runtime", None), "engine", None)
+    describe = getattr(engine, "describe", None)
+    if describe is not None:
+        lines.extend(describe())
+    return lines
+
+
 def explain(pipeline) -> str:
     opts = pipeline._options
     plan = compile_plan(pipeline._all_ops())
@@ -37,6 +49,8 @@ def explain(pipeline) -> str:
     s_names = [o.op_name for o in plan.serial_ops]
     where = "worker processes" if kind == "process" else ("worker threads" if kind == "threads"
                                                           else "calling process")
+    if kind == "ray":
+        where = "ray actors"
     lines.append(f"Stage[0] place=local break='start' runner={kind} workers={workers} "
                  f"runs_in={where} ops={w_names}")
     if auto is not None:
@@ -48,6 +62,8 @@ def explain(pipeline) -> str:
         lines.append("  row-group owners: " + (
             "on (each local Parquet row group is read by one worker, which starts decoding it "
             "a window ahead)" if why is None else f"off ({why})"))
+    if kind == "ray":
+        lines.extend(_ray_lines(pipeline))
     if s_names:
         lines.append(f"Stage[1] place=local break='stateful' runner=serial-per-lane "
                      f"runs_in={'coordinator' if kind == 'process' else 'calling process'} "

@@ -16,10 +16,13 @@ from zephon.engine.topology import resolve_topology
 log = logging.getLogger("zephon")
 
 def engine_kind(pipeline) -> tuple[str, int]:
-    """("inline" | "process" | "threads" | "auto", workers) chosen from options and
-    environment; "auto" (``num_workers="auto"``, the default) is settled by ``AutoTuner``."""
+    """("inline" | "process" | "threads" | "ray" | "auto", workers) chosen from options and
+    environment; "auto" (``num_workers="auto"``, the default) is settled by ``AutoTuner``; for
+    "ray", workers is ``ray_workers`` (0 when the cluster's CPUs decide)."""
     opts = pipeline._options
     runner, _ = opts.resolve("runner")
+    if runner == "ray":
+        return "ray", int(opts.get("ray_workers") or 0)
     workers, _ = opts.resolve("num_workers")
     if runner == "inline":
         return "inline", 0
@@ -122,6 +125,10 @@ class Session:
         return plan
 
     def _make_engine(self):
+        if self.kind == "ray":  # imports Ray: only when chosen
+            from zephon.engine.ray_runner import RayEngine
+
+            return RayEngine(self.lane_plan(), self.pipeline._options)
         if self.kind == "inline" or self.workers == 0:
             from zephon.engine.inline import InlineEngine
 
@@ -253,6 +260,8 @@ class Session:
                                  else {}}
         if self.tuner is not None:
             extra["autotune"] = self.tuner.describe()
+        if hasattr(engine, "snapshot_extra"):  # the Ray runner: its actors and their nodes
+            extra.update(engine.snapshot_extra())
         return obs.snapshot(extra)
 
     def timing_snapshot(self, kind: str) -> Any:

@@ -39,7 +39,16 @@ def entry_key(*parts: str) -> str:
 
 
 class ShardCache:
-    """One cache directory. Thread-safe and multi-process safe; cheap to create."""
+    """One cache directory. Thread-safe and multi-process safe; cheap to create.
+
+    Args:
+        root: The cache directory (created if missing).
+        limit_bytes: Size limit of the entries; least recently used ones are evicted to stay
+            under it. None: unlimited.
+        min_slack_bytes: Least room an eviction frees beyond what is needed.
+        max_slack_bytes: Most room an eviction frees beyond what is needed (between the two:
+            1% of the limit).
+    """
 
     def __init__(self, root: Path, limit_bytes: int | None = None, *,
                  min_slack_bytes: int = 512 << 10, max_slack_bytes: int = 64 << 20) -> None:
@@ -59,11 +68,28 @@ class ShardCache:
     # -- entries ------------------------------------------------------------------------------
 
     def entry_path(self, key: str, name: str) -> Path:
+        """Where the entry of ``key`` lives, whether or not it exists.
+
+        Args:
+            key: The entry's key (``entry_key`` of the object's identity).
+            name: The object's name (its last part ends the file name, for people).
+
+        Returns:
+            The path.
+        """
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in os.path.basename(name))
         return self.shards / f"{key}-{safe[-80:]}"
 
     def lookup(self, key: str, name: str) -> Path | None:
-        """The finished entry, marked as just used, or None."""
+        """The finished entry, marked as just used, or None.
+
+        Args:
+            key: The entry's key.
+            name: The object's name.
+
+        Returns:
+            The entry's path, or None when there is none.
+        """
         path = self.entry_path(key, name)
         try:
             os.utime(path)
@@ -79,6 +105,15 @@ class ShardCache:
 
         ``produce`` writes the complete file at the given path; the cache renames it into
         place. Exceptions from ``produce`` propagate and leave no entry behind.
+
+        Args:
+            key: The entry's key.
+            name: The object's name.
+            produce: Writes the entry's content to the path it is given.
+            expected_bytes: The entry's size if known, to make room first.
+
+        Returns:
+            The entry's path.
         """
         found = self.lookup(key, name)
         if found is not None:
@@ -117,10 +152,18 @@ class ShardCache:
     # -- eviction -----------------------------------------------------------------------------
 
     def fits(self, incoming: int) -> bool:
-        """Whether ``incoming`` more bytes fit under the limit without evicting anything."""
+        """Whether ``incoming`` more bytes fit under the limit without evicting anything.
+
+        Args:
+            incoming: Bytes about to be added.
+
+        Returns:
+            True when they fit (always, without a limit).
+        """
         return self.limit_bytes is None or self.usage() + incoming <= self.limit_bytes
 
     def usage(self) -> int:
+        """Bytes held by finished entries."""
         return sum(size for _, size, _ in self._entries())
 
     def _entries(self) -> list[tuple[float, int, Path]]:
@@ -136,7 +179,15 @@ class ShardCache:
         return out
 
     def make_room(self, incoming: int, keep: str | None = None) -> None:
-        """Evict least recently used entries so usage + ``incoming`` fits under the limit."""
+        """Evict least recently used entries so usage + ``incoming`` fits under the limit.
+
+        Args:
+            incoming: Bytes about to be added.
+            keep: The key of an entry never to evict (the one being produced).
+
+        Raises:
+            ValueError: ``incoming`` alone exceeds the limit.
+        """
         if self.limit_bytes is None:
             return
         if incoming > self.limit_bytes:
@@ -162,6 +213,7 @@ class ShardCache:
                     self.stats["evictions"] += 1
 
     def clear(self) -> None:
+        """Remove every entry and line index."""
         shutil.rmtree(self.shards, ignore_errors=True)
         shutil.rmtree(self.lineidx, ignore_errors=True)
         self.shards.mkdir(parents=True, exist_ok=True)

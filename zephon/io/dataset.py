@@ -60,7 +60,16 @@ class Dataset:
 
     Build with :meth:`from_path` or :meth:`from_dict`. Shard ids are sorted ints (positions in
     the sorted listing or the index for files, the given keys for memory); shards without
-    records are left out.
+    records are left out. A dataset is a picklable descriptor: files are opened lazily, per
+    process.
+
+    Args:
+        name: The dataset's name (mixture weights and metrics refer to it).
+        fmt: ``"jsonl"``, ``"parquet"`` or ``"memory"``.
+        location: Where the shards are (``from_path`` finds it).
+        catalog: Shard names, row counts and sizes (``from_path`` finds it).
+        memory: The in-memory shards (``from_dict`` builds them).
+        store_options: Storage settings (cache, remote reads); see ``with_store_options``.
     """
 
     def __init__(self, name: str, fmt: str, *, location: Location | None = None,
@@ -92,10 +101,22 @@ class Dataset:
                   storage_options: dict[str, Any] | None = None) -> Dataset:
         """A dataset under a local directory or URL (``s3://``, ``gs://``, ``memory://`` ...).
 
-        ``fmt``: ``"jsonl"`` or ``"parquet"``; None detects it (index.json, then file names).
-        ``storage_options`` go to the fsspec filesystem (``endpoint_url``, ``key``, ...).
-        Raises FileNotFoundError for a missing path, ValueError for a path with no recognised
-        shards, an unsupported format or an empty dataset.
+        Discovery reads ``index.json`` when the dataset has one (no shard is opened), else lists
+        the shards and counts their rows.
+
+        Args:
+            name: The dataset's name.
+            path: A local directory or any fsspec URL.
+            fmt: ``"jsonl"`` or ``"parquet"``; None detects it (index.json, then file names).
+            storage_options: Passed to the fsspec filesystem (``endpoint_url``, ``key``, ...) in
+                this process and in every worker.
+
+        Returns:
+            The dataset.
+
+        Raises:
+            FileNotFoundError: The path does not exist.
+            ValueError: No recognised shards, an unsupported format, or no records.
         """
         location = Location(os.fspath(path), dict(storage_options or {}))
         runtime = _Runtime(None)
@@ -106,8 +127,21 @@ class Dataset:
 
     @classmethod
     def from_dict(cls, name: str, shards: Mapping[Any, InMemoryShard | Sequence[Any]]) -> Dataset:
-        """An in-memory dataset: ``{shard_id: InMemoryShard([...]) or list}``. Shard ids are
-        normalised to int and sorted; payloads are copied on every read, never mutated."""
+        """An in-memory dataset. Payloads are copied on every read, never mutated.
+
+        Args:
+            name: The dataset's name.
+            shards: ``{shard_id: InMemoryShard([...]) or list of payloads}``; shard ids are
+                normalised to int and sorted.
+
+        Returns:
+            The dataset.
+
+        Raises:
+            ValueError: No shards or no records, or a shard id that is not an integer or is given
+                twice.
+            TypeError: A shard that is not a list of payloads.
+        """
         if not isinstance(shards, Mapping) or not shards:
             raise ValueError(f"dataset {name!r}: from_dict needs a non-empty dict of shards")
         memory: dict[int, InMemoryShard] = {}
@@ -129,7 +163,14 @@ class Dataset:
         return cls(name, "memory", memory=memory)
 
     def with_store_options(self, options: StoreOptions | dict | None) -> Dataset:
-        """The same dataset read with other storage options (cache root, limits, ...)."""
+        """The same dataset read with other storage options (cache root, limits, ...).
+
+        Args:
+            options: A ``StoreOptions``, a dict of its fields, or None for the defaults.
+
+        Returns:
+            A new dataset; this one is unchanged.
+        """
         opts = None if options is None else StoreOptions.coerce(options)
         return Dataset(self._name, self._fmt, location=self._location, catalog=self._catalog,
                        memory=self._memory, store_options=opts)
@@ -150,32 +191,40 @@ class Dataset:
 
     @property
     def name(self) -> str:
+        """The dataset's name."""
         return self._name
 
     @property
     def fmt(self) -> str:
+        """``"jsonl"``, ``"parquet"`` or ``"memory"``."""
         return self._fmt
 
     @property
     def url(self) -> str | None:
+        """The root URL or path; None for in-memory datasets."""
         return None if self._location is None else self._location.url
 
     def shard_count(self) -> int:
+        """Number of shards (with records)."""
         return len(self._ids)
 
     def total(self) -> int:
+        """Number of records in all shards (also ``len(dataset)``)."""
         return int(self._counts.sum())
 
     def __len__(self) -> int:
         return self.total()
 
     def ids(self) -> np.ndarray:
+        """Shard ids, sorted (int64, read-only)."""
         return self._ids
 
     def counts(self) -> np.ndarray:
+        """Row counts aligned with ``ids()``."""
         return self._counts
 
     def max_count(self) -> int:
+        """Rows of the largest shard."""
         return int(self._counts.max())
 
     def raw_bytes(self) -> np.ndarray | None:
@@ -204,10 +253,25 @@ class Dataset:
         return found if isinstance(found, dict) else {}
 
     def count(self, shard_id: int) -> int:
+        """Rows of one shard.
+
+        Args:
+            shard_id: The shard's id.
+
+        Returns:
+            Its row count.
+        """
         return int(self._counts[self._index(shard_id)])
 
     def shard_name(self, shard_id: int) -> str:
-        """The shard's file path or URL (for messages), or ``memory:<id>``."""
+        """The shard's file path or URL (for messages), or ``memory:<id>``.
+
+        Args:
+            shard_id: The shard's id.
+
+        Returns:
+            The name.
+        """
         if self._memory is not None:
             self._index(shard_id)
             return f"memory:{shard_id}"
@@ -324,19 +388,34 @@ class Dataset:
                    columns: Sequence[str] | None = None) -> pa.Table:
         """Rows of one shard as an Arrow table, in the order given (repeats allowed).
 
-        Raises ``NotColumnar`` when Arrow cannot hold the records exactly (use
-        :meth:`read_payloads`). Schema metadata ``b"zephon.sparse"`` lists columns in which a
-        null stands for a key the record does not have.
+        Schema metadata ``b"zephon.sparse"`` lists columns in which a null stands for a key the
+        record does not have.
+
+        Args:
+            shard_id: The shard's id.
+            rows: Row numbers within the shard.
+            columns: Only these columns (default: all).
+
+        Returns:
+            The rows.
+
+        Raises:
+            NotColumnar: Arrow cannot hold the records exactly (use :meth:`read_payloads`).
+            DataError: A malformed record (the message names dataset, shard and line or row).
         """
         cols = None if columns is None else list(columns)
         return self._reader(shard_id).read_table(np.asarray(rows, dtype=np.int64), cols)
 
     def read_ahead(self, shard_id: int, rows: np.ndarray) -> None:
-        """A hint that ``rows`` (any order) of a shard are read next: a remote shard that
-        opening would download whole starts downloading (``zephon/io/download_ahead.py``); a
-        local Parquet shard starts decoding its first row groups on the read-ahead thread
-        (``zephon/io/read_ahead.py``); anything else ignores it. Never changes what a read
-        returns."""
+        """A hint that ``rows`` of a shard are read next: a remote shard that opening would
+        download whole starts downloading; a local Parquet shard starts decoding its first row
+        groups on the read-ahead thread; anything else ignores it. Never changes what a read
+        returns.
+
+        Args:
+            shard_id: The shard's id.
+            rows: The rows to be read, any order.
+        """
         if self._memory is not None:
             return
         rt = self._rt()
@@ -348,19 +427,30 @@ class Dataset:
         self._reader(shard_id).read_ahead_rows(np.asarray(rows, dtype=np.int64))
 
     def decode_ahead(self, shard_id: int, group: int) -> None:
-        """Decode row group ``group`` of a Parquet shard on this machine now, on the read-ahead
-        thread, for a read that will want it: a worker process is told so by the coordinator
-        for the row groups it owns. Other formats and remote shards ignore it."""
+        """Decode a row group of a Parquet shard on this machine now, on the read-ahead thread,
+        for a read that will want it (the engine tells a worker so for the row groups it owns).
+        Other formats and remote shards ignore it.
+
+        Args:
+            shard_id: The shard's id.
+            group: The row group's index.
+        """
         if self._fmt != "parquet" or self._memory is not None:
             return
         self._reader(int(shard_id)).decode_ahead(int(group))
 
     def row_group_starts(self, shard_id: int) -> np.ndarray | None:
         """The first row of each row group of a Parquet shard, then its row count, read from the
-        footer of a file on this machine (once per process); None for other formats, for a
-        remote shard not in the node cache yet (learning it would cost a request; asked again,
-        it looks again) and for a file that cannot be read (its reader reports that, naming
-        it)."""
+        footer of a file on this machine (once per process).
+
+        Args:
+            shard_id: The shard's id.
+
+        Returns:
+            The starts, or None for other formats, for a remote shard not in the node cache yet
+            (learning it would cost a request; asked again, it looks again) and for a file that
+            cannot be read (its reader reports that, naming it).
+        """
         if self._fmt != "parquet" or self._memory is not None:
             return None
         rt = self._rt()
@@ -379,19 +469,38 @@ class Dataset:
         return starts
 
     def record_bytes(self, shard_id: int, rows: np.ndarray | Sequence[int]) -> np.ndarray | None:
-        """Stored bytes of each of ``rows`` where the format keeps records apart (a JSONL
-        record's line), None where it does not (Parquet, memory)."""
+        """Stored bytes of each row where the format keeps records apart (a JSONL record's line).
+
+        Args:
+            shard_id: The shard's id.
+            rows: Row numbers within the shard.
+
+        Returns:
+            The sizes, or None where the format does not keep records apart (Parquet, memory).
+        """
         if self._fmt != "jsonl" or self._memory is not None:
             return None
         return self._reader(shard_id).record_bytes(np.asarray(rows, dtype=np.int64))
 
     def read_payloads(self, shard_id: int, rows: np.ndarray | Sequence[int]) -> list:
-        """Rows of one shard as fresh Python payloads (exact dicts for JSONL and Parquet)."""
+        """Rows of one shard as fresh Python payloads (exact dicts for JSONL and Parquet).
+
+        Args:
+            shard_id: The shard's id.
+            rows: Row numbers within the shard, any order, repeats allowed.
+
+        Returns:
+            The payloads, in the order of ``rows``.
+        """
         return self._reader(shard_id).read_payloads(np.asarray(rows, dtype=np.int64))
 
     def warm(self, shard_ids: Iterable[int]) -> None:
-        """Make shards ready for fast reads: download remote shards (and decode compressed
-        JSONL) into the node cache, line-index JSONL. Thread-safe; a no-op for memory."""
+        """Make shards ready for fast reads: download remote shards (and decode compressed JSONL)
+        into the node cache, line-index JSONL. Thread-safe; a no-op for memory.
+
+        Args:
+            shard_ids: The shards to prepare.
+        """
         if self._memory is not None:
             for sid in shard_ids:
                 self._index(sid)

@@ -126,10 +126,22 @@ class _PlainProgress:
 def build_index(format_name: str, dataset_dir: str | os.PathLike, *,
                 output_path: str | os.PathLike | None = None, progress: bool = True,
                 max_workers: int = 8, storage_options: dict[str, Any] | None = None) -> Path | str:
-    """Write ``index.json`` for a JSONL or Parquet dataset (local directory or URL).
+    """Write ``index.json`` for a JSONL or Parquet dataset (local directory or URL): shard
+    names, sizes and row counts, so that ``Dataset.from_path`` starts without opening shards.
 
-    Inspects up to ``max_workers`` shards at a time. Returns the local ``Path`` written, or the
-    URL for a remote destination.
+    Args:
+        format_name: ``"jsonl"`` or ``"parquet"``.
+        dataset_dir: The dataset's directory or URL.
+        output_path: Where to write (default: ``index.json`` in the dataset's root).
+        progress: Show a progress bar (needs tqdm).
+        max_workers: Shards inspected at a time.
+        storage_options: Passed to the fsspec filesystem.
+
+    Returns:
+        The local ``Path`` written, or the URL for a remote destination.
+
+    Raises:
+        ValueError: An unsupported format, ``max_workers`` below 1, or no shards.
     """
     if format_name not in SUPPORTED:
         raise ValueError(f"build_index: unsupported format {format_name!r}; use one of {SUPPORTED}")

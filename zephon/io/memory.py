@@ -20,7 +20,11 @@ __all__ = ["InMemoryShard", "MemoryShardReader"]
 
 
 class InMemoryShard(Sequence):
-    """A shard held in memory: a list of payloads (dicts for dict-shaped records)."""
+    """A shard held in memory: a list of payloads (dicts for dict-shaped records).
+
+    Args:
+        items: The payloads, in row order.
+    """
 
     __slots__ = ("_items",)
 
@@ -51,6 +55,7 @@ class InMemoryShard(Sequence):
 
     @property
     def items(self) -> list[Any]:
+        """The payloads (the shard's own list: readers copy, never mutate it)."""
         return self._items
 
 

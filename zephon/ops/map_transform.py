@@ -93,7 +93,8 @@ class MapBatchOp(BaseOp):
 class UserFunctionError(OperatorError):
     """An exception raised by user code, with the operator and the record that triggered it
     (a failing group is re-run one record at a time to find it). The original exception is
-    ``cause`` and ``__cause__``.
+    ``cause``; ``__cause__`` is that exception in the process where it was raised, and the
+    worker's traceback (text) when it crossed from a worker process.
 
     Args:
         op_name: The operator's name.

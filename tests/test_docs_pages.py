@@ -133,3 +133,10 @@ def test_every_environment_variable_is_in_the_tuning_guide():
         used |= set(re.findall(r"ZEPHON_[A-Z_]+[A-Z]", path.read_text()))
     documented = set(re.findall(r"`(ZEPHON_[A-Z_]+)`", (DOCS / "guides" / "performance.md").read_text()))
     assert used and not used - documented, f"not in docs/guides/performance.md: {used - documented}"
+
+
+def test_user_pages_speak_to_users():
+    """The site's pages never send a reader to the project's issue tracker or notes."""
+    journal = re.compile(r"issue #|\bissues? \d|closing note|issues ask", re.I)
+    pages = [p for p in DOCS.rglob("*.md") if p.name != "INTERNALS.md"]
+    assert [str(p) for p in pages if journal.search(p.read_text())] == []

@@ -1,4 +1,5 @@
-"""The examples of docs/user_operators.md run, in order, as written."""
+"""The examples of the Writing operators guide (docs/guides/operators.md) run, in order, as
+written, in this process (the guide-page test runs them again as a script)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-GUIDE = Path(__file__).resolve().parent.parent / "docs" / "user_operators.md"
+GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guides" / "operators.md"
 
 
 def _examples() -> list[str]:

@@ -232,7 +232,15 @@ def block_from_records(records: list[SampleRecord], *, is_batch: bool = False) -
 
 
 class SampleBatch:
-    """A training micro-batch: records of exactly one lane, as a view over a columnar block."""
+    """A training micro-batch: records of exactly one lane, as a view over a columnar block.
+
+    Iterating it, ``len()`` and indexing go through its ``records``; ``to_training()`` builds
+    tensors without making per-record objects.
+
+    Args:
+        records: Build a batch from ``SampleRecord``s (user code, tests); the engine builds its
+            batches from columnar blocks.
+    """
 
     __slots__ = ("_block", "_records")
 
@@ -250,28 +258,35 @@ class SampleBatch:
 
     @property
     def block(self) -> Block:
+        """The columnar block behind the batch (Arrow payload table and numpy metadata)."""
         return self._block
 
     @property
     def records(self) -> list[SampleRecord]:
+        """The records, as ``SampleRecord`` views (built on first access)."""
         if self._records is None:
             self._records = records_from_block(self._block)
         return self._records
 
     @property
     def ids(self) -> tuple[SampleId, ...]:
+        """Each record's ``(dataset_id, shard_id, sample_idx)``."""
         return tuple(self._block.ids())
 
     @property
     def lane_ids(self) -> list[int]:
+        """Each record's lane."""
         return self._block.meta["lane_id"].tolist()
 
     @property
     def chunk_ids(self) -> list[int]:
+        """Each record's work chunk within its lane."""
         return self._block.meta["chunk_id"].tolist()
 
     @property
     def lineage_paths(self) -> list[LineagePath]:
+        """Each record's lineage: which child of a split or packed record it is (``()`` for an
+        original record)."""
         return self._block.lineage_tuples()
 
     def __len__(self) -> int:
@@ -306,7 +321,30 @@ class SampleBatch:
         return to_arrow(self._block)
 
     def to_training(self, **kwargs: Any) -> dict[str, Any]:
-        """Training tensors from the columnar batch (see ``zephon.training``)."""
+        """Training tensors from the columnar batch: ``input_ids`` [B, S], and on request
+        shifted ``labels`` with padding, loss masks and cross-document positions masked.
+
+        Always present: ``ids`` and ``texts`` (the payloads' ``text`` or ``""``), as lists.
+
+        Args:
+            **kwargs: ``tokens_field`` ["auto": the first of input_ids, tokens, token_ids, ids];
+                ``return_labels`` [False; True gives ``input_ids = tokens[:, :-1]`` and
+                ``labels = tokens[:, 1:]`` with padding and ``loss_mask == 0`` set to
+                ``ignore_index``]; ``dtype`` ["auto": torch int64 if torch is importable, else
+                numpy; None for lists]; ``extra_fields`` [()]; ``ignore_index`` [-100];
+                ``rename_fields`` [None]; ``flatten`` [False]; ``exclude_fields`` [()];
+                ``return_num_valid_tokens``, ``return_loss_mask``, ``return_cu_seqlens`` (with
+                ``max_seqlen``), ``return_padding_mask`` [all False]; ``eos_mask_loss`` [False;
+                True masks the label predicted from an EOS, which needs ``eos_token_id``];
+                ``position_mode`` ["preserve" per-document positions, or "sequence"].
+
+        Returns:
+            A dict of tensors (or arrays / lists, per ``dtype``).
+
+        Raises:
+            ValueError: No token field, unknown field names, or options that need
+                ``return_labels`` without it.
+        """
         from zephon.training import batch_to_training
 
         return batch_to_training(self._block, **kwargs)

@@ -39,7 +39,7 @@ from zephon.ops.add_op import UserOp
 from zephon.ops.batch import BatchOp
 from zephon.types import SampleBatch, SampleMeta, SampleRecord
 
-DOC_LINK = "docs/user_operators.md#validation"
+DOC_LINK = "docs/guides/operators.md#validation"
 LANES, PER_LANE = 3, 4
 Severity = Literal["error", "warning"]
 

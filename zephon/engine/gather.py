@@ -20,7 +20,22 @@ from typing import Any
 
 
 def merge_checkpoints(parts: Sequence[Mapping[str, Any]]) -> dict:
-    """Union of the lanes of several ranks' checkpoints (they must agree on everything else)."""
+    """Union of the lanes of several ranks' checkpoints (they must agree on everything else).
+
+    Needed only when the ranks' checkpoints were taken apart (no ``torch.distributed`` group,
+    no ``aggregate_dir`` / ``aggregate_store``); otherwise ``checkpoint()`` merges itself.
+
+    Args:
+        parts: The checkpoints of the ranks, any order.
+
+    Returns:
+        One checkpoint holding every lane, for ``Pipeline.restore``.
+
+    Raises:
+        ValueError: ``parts`` is empty.
+        RuntimeError: The checkpoints come from different pipelines, or two ranks hold
+            different states of one lane.
+    """
     if not parts:
         raise ValueError("merge_checkpoints needs at least one checkpoint")
     first = parts[0]

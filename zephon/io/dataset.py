@@ -55,7 +55,16 @@ class Dataset:
 
     Build with :meth:`from_path` or :meth:`from_dict`. Shard ids are sorted ints (positions in
     the sorted listing or the index for files, the given keys for memory); shards without
-    records are left out.
+    records are left out. A dataset is a picklable descriptor: files are opened lazily, per
+    process.
+
+    Args:
+        name: The dataset's name (mixture weights and metrics refer to it).
+        fmt: ``"jsonl"``, ``"parquet"`` or ``"memory"``.
+        location: Where the shards are (``from_path`` finds it).
+        catalog: Shard names, row counts and sizes (``from_path`` finds it).
+        memory: The in-memory shards (``from_dict`` builds them).
+        store_options: Storage settings (cache, remote reads); see ``with_store_options``.
     """
 
     def __init__(self, name: str, fmt: str, *, location: Location | None = None,
@@ -99,16 +108,31 @@ class Dataset:
                   on_bad_record: str = "raise") -> Dataset:
         """A dataset under a local directory or URL (``s3://``, ``gs://``, ``memory://`` ...).
 
-        ``fmt``: a registered format's name (``"jsonl"``, ``"parquet"``, ...) reads only the
-        shards of that format; None detects (the formats' own index files first, then each
-        file in the format its name says, so a root may hold several: ``fmt`` is then
-        ``"mixed"``; catalog/discovery.py). ``split``: one split of a Hugging Face layout (a
-        ``DatasetDict`` saved with ``save_to_disk``, or the Hub's ``data/<split>-00000-of-0000N``
-        files; catalog/splits.py). ``storage_options`` go to the fsspec filesystem.
-        ``on_bad_record``: ``"raise"`` or ``"skip"`` an undecodable JSONL line (formats/bad_records.py).
-        Raises FileNotFoundError for a missing path, ValueError for a path with no recognised
-        shards, an unsupported format or an empty dataset, DataError for a shard name outside
-        the root (catalog/confine.py).
+        Discovery reads the dataset's own index files when it has them (no shard is opened),
+        else lists the shards and counts their rows.
+
+        Args:
+            name: The dataset's name.
+            path: A local directory or any fsspec URL.
+            fmt: A registered format's name (``"jsonl"``, ``"parquet"``, ...): read only the
+                shards of that format. None detects (the formats' own index files first, then
+                each file in the format its name says, so a root may hold several; ``fmt`` is
+                then ``"mixed"``).
+            split: One split of a Hugging Face layout (a ``DatasetDict`` saved with
+                ``save_to_disk``, or the Hub's ``data/<split>-00000-of-0000N`` files).
+            storage_options: Passed to the fsspec filesystem (``endpoint_url``, ``key``, ...) in
+                this process and in every worker.
+            on_bad_record: ``"raise"`` (default) or ``"skip"`` an undecodable record (a JSONL
+                line that is not UTF-8 JSON of an object); skipped records are counted in
+                ``metrics_snapshot()["losses"]``.
+
+        Returns:
+            The dataset.
+
+        Raises:
+            FileNotFoundError: The path does not exist.
+            ValueError: No recognised shards, an unsupported format, or no records.
+            DataError: A shard name that resolves outside the root.
         """
         location = Location(os.fspath(path), dict(storage_options or {}))
         runtime = _Runtime(None)
@@ -120,13 +144,33 @@ class Dataset:
 
     @classmethod
     def from_dict(cls, name: str, shards: Mapping[Any, InMemoryShard | Sequence[Any]]) -> Dataset:
-        """An in-memory dataset: ``{shard_id: InMemoryShard([...]) or list}``. Shard ids are
-        normalised to int and sorted; payloads are copied on every read, never mutated."""
+        """An in-memory dataset. Payloads are copied on every read, never mutated.
+
+        Args:
+            name: The dataset's name.
+            shards: ``{shard_id: InMemoryShard([...]) or list of payloads}``; shard ids are
+                normalised to int and sorted.
+
+        Returns:
+            The dataset.
+
+        Raises:
+            ValueError: No shards or no records, or a shard id that is not an integer or is given
+                twice.
+            TypeError: A shard that is not a list of payloads.
+        """
         memory = memory_shards(name, shards)
         return cls(name, MEMORY.name, memory=memory)
 
     def with_store_options(self, options: StoreOptions | dict | None) -> Dataset:
-        """The same dataset read with other storage options (cache root, limits, ...)."""
+        """The same dataset read with other storage options (cache root, limits, ...).
+
+        Args:
+            options: A ``StoreOptions``, a dict of its fields, or None for the defaults.
+
+        Returns:
+            A new dataset; this one is unchanged.
+        """
         opts = None if options is None else StoreOptions.coerce(options)
         return Dataset(self._name, self._fmt, location=self._location, catalog=self._catalog,
                        memory=self._memory, store_options=opts,
@@ -148,6 +192,7 @@ class Dataset:
 
     @property
     def name(self) -> str:
+        """The dataset's name."""
         return self._name
 
     @property
@@ -176,24 +221,30 @@ class Dataset:
 
     @property
     def url(self) -> str | None:
+        """The root URL or path; None for in-memory datasets."""
         return None if self._location is None else self._location.url
 
     def shard_count(self) -> int:
+        """Number of shards (with records)."""
         return len(self._ids)
 
     def total(self) -> int:
+        """Number of records in all shards (also ``len(dataset)``)."""
         return int(self._counts.sum())
 
     def __len__(self) -> int:
         return self.total()
 
     def ids(self) -> np.ndarray:
+        """Shard ids, sorted (int64, read-only)."""
         return self._ids
 
     def counts(self) -> np.ndarray:
+        """Row counts aligned with ``ids()``."""
         return self._counts
 
     def max_count(self) -> int:
+        """Rows of the largest shard."""
         return int(self._counts.max())
 
     def raw_bytes(self) -> np.ndarray | None:
@@ -222,6 +273,14 @@ class Dataset:
         return found if isinstance(found, dict) else {}
 
     def count(self, shard_id: int) -> int:
+        """Rows of one shard.
+
+        Args:
+            shard_id: The shard's id.
+
+        Returns:
+            Its row count.
+        """
         return int(self._counts[self._index(shard_id)])
 
     def shard_name(self, shard_id: int) -> str:
@@ -340,9 +399,20 @@ class Dataset:
                    columns: Sequence[str] | None = None) -> pa.Table:
         """Rows of one shard as an Arrow table, in the order given (repeats allowed).
 
-        Raises ``NotColumnar`` when Arrow cannot hold the records exactly (use
-        :meth:`read_payloads`). Schema metadata ``b"zephon.sparse"`` lists columns in which a
-        null stands for a key the record does not have.
+        Schema metadata ``b"zephon.sparse"`` lists columns in which a null stands for a key the
+        record does not have.
+
+        Args:
+            shard_id: The shard's id.
+            rows: Row numbers within the shard.
+            columns: Only these columns (default: all).
+
+        Returns:
+            The rows.
+
+        Raises:
+            NotColumnar: Arrow cannot hold the records exactly (use :meth:`read_payloads`).
+            DataError: A malformed record (the message names dataset, shard and line or row).
         """
         cols = None if columns is None else list(columns)
         return self._reader(shard_id).read_table(np.asarray(rows, dtype=np.int64), cols)
@@ -407,7 +477,15 @@ class Dataset:
         return self._reader(shard_id).bad_rows(rows)
 
     def read_payloads(self, shard_id: int, rows: np.ndarray | Sequence[int]) -> list:
-        """Rows of one shard as fresh Python payloads (exact dicts for JSONL and Parquet)."""
+        """Rows of one shard as fresh Python payloads (exact dicts for JSONL and Parquet).
+
+        Args:
+            shard_id: The shard's id.
+            rows: Row numbers within the shard, any order, repeats allowed.
+
+        Returns:
+            The payloads, in the order of ``rows``.
+        """
         return self._reader(shard_id).read_payloads(np.asarray(rows, dtype=np.int64))
 
     def warm(self, shard_ids: Iterable[int]) -> None:

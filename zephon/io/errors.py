@@ -13,7 +13,15 @@ __all__ = ["DataError", "NotColumnar", "ShardMissingError", "StorageError"]
 
 class DataError(ValueError):
     """Bad or unreadable data. ``dataset``, ``shard`` (file path or URL), ``line`` / ``row``
-    (1-based, or None) say where."""
+    (1-based, or None) say where; the message starts with them.
+
+    Args:
+        message: What is wrong.
+        dataset: The dataset's name.
+        shard: The shard's file path or URL.
+        line: The 1-based line (JSONL).
+        row: The 1-based row (Parquet, memory), when there is no line.
+    """
 
     def __init__(
         self,

@@ -25,7 +25,12 @@ __all__ = ["DatasetInspector", "inspect_main"]
 
 class DatasetInspector:
     """Raw payloads of a dataset, one process, not thread-safe; same readers and cache as
-    fetch, without metadata, ordering, batching or workers."""
+    fetch, without metadata, ordering, batching or workers. A context manager.
+
+    Args:
+        dataset: The dataset to read.
+        io_options: Storage options (``StoreOptions`` or a dict) to read it with.
+    """
 
     def __init__(self, dataset: Dataset, *, io_options: StoreOptions | dict | None = None) -> None:
         self._dataset = dataset.with_store_options(io_options) if io_options is not None \
@@ -34,6 +39,7 @@ class DatasetInspector:
 
     @property
     def dataset(self) -> Dataset:
+        """The dataset read (with ``io_options`` applied)."""
         return self._dataset
 
     def formats(self) -> dict[str, int]:
@@ -48,12 +54,28 @@ class DatasetInspector:
             raise RuntimeError("DatasetInspector is closed")
 
     def read(self, shard_id: int, sample_index: int) -> Any:
-        """One raw payload."""
+        """One raw payload.
+
+        Args:
+            shard_id: The shard's id.
+            sample_index: The row within the shard.
+
+        Returns:
+            The payload.
+        """
         self._check()
         return self._dataset.read_payloads(shard_id, [int(sample_index)])[0]
 
     def read_many(self, shard_id: int, sample_indices: Sequence[int]) -> list[Any]:
-        """Payloads in the order asked for; an empty list does no I/O."""
+        """Payloads in the order asked for; an empty list does no I/O.
+
+        Args:
+            shard_id: The shard's id.
+            sample_indices: Rows within the shard.
+
+        Returns:
+            The payloads.
+        """
         self._check()
         idx = [int(i) for i in sample_indices]
         if not idx:
@@ -61,6 +83,7 @@ class DatasetInspector:
         return self._dataset.read_payloads(shard_id, idx)
 
     def close(self) -> None:
+        """Close the dataset's open readers; the inspector cannot be used afterwards."""
         if not self._closed:
             self._closed = True
             self._dataset.close()
@@ -89,7 +112,15 @@ def _json_default(value: Any) -> Any:
 
 
 def inspect_main(argv: list[str] | None = None) -> int:
-    """``python -m zephon inspect URL [--format F] [--rows N] [--shard ID]``."""
+    """``python -m zephon inspect URL [--format F] [--rows N] [--shard ID]``: shards, rows,
+    bytes and a few rows of a dataset.
+
+    Args:
+        argv: The arguments after ``inspect`` (default ``sys.argv[1:]``).
+
+    Returns:
+        The exit status.
+    """
     parser = argparse.ArgumentParser(prog="python -m zephon inspect",
                                      description="shard count, rows, bytes and a few rows")
     parser.add_argument("url", help="dataset directory or URL")

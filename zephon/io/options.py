@@ -50,7 +50,17 @@ class _Options:
 
     @classmethod
     def coerce(cls, value: Any) -> Any:
-        """An instance from an instance, a dict of fields, or None (all defaults)."""
+        """An instance from an instance, a dict of fields, or None (all defaults).
+
+        Args:
+            value: The instance, dict or None.
+
+        Returns:
+            The options.
+
+        Raises:
+            TypeError: Anything else.
+        """
         if value is None:
             return cls()
         if isinstance(value, cls):
@@ -60,7 +70,15 @@ class _Options:
         raise TypeError(f"expected {cls.__name__}, dict or None, got {type(value).__name__}")
 
     def merged(self, other: Any = None, **kwargs: Any) -> Any:
-        """A copy where the explicitly supplied fields of ``other`` / ``kwargs`` override."""
+        """A copy where the explicitly supplied fields of ``other`` / ``kwargs`` override.
+
+        Args:
+            other: Options (instance or dict) whose supplied fields win.
+            **kwargs: Fields that win over both.
+
+        Returns:
+            The new options; this one is unchanged (options are immutable).
+        """
         update = {}
         if other is not None:
             other = self.coerce(other)
@@ -74,6 +92,7 @@ class _Options:
         return type(self)(**fields)
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field's effective value (nested options as dicts)."""
         return {k: (v.to_dict() if isinstance(v, _Options) else v)
                 for k, v in ((k, getattr(self, k)) for k in self._defaults)}
 
@@ -97,8 +116,26 @@ def _rebuild(cls, fields):
 
 class CacheOptions(_Options):
     """Node-local shard cache. ``enabled=None`` (our default) means on; an explicit ``root`` or
-    ``limit_bytes`` also turns it on (spec §13.6); ``enabled=False`` gives each process a private
-    temporary cache instead of the shared one."""
+    ``limit_bytes`` also turns it on; ``enabled=False`` gives each process a private temporary
+    cache instead of the shared one.
+
+    Keyword Args:
+        enabled (bool | None): None or True: the shared cache; False: a private one per process.
+        root (str | None): The cache directory (default ``$ZEPHON_CACHE_DIR``, else
+            ``$XDG_CACHE_HOME/zephon``, else ``~/.cache/zephon``).
+        limit_bytes (int | str | None): Size limit, e.g. ``"50gb"`` (default ``$ZEPHON_CACHE_LIMIT``, else none);
+            least recently used shards are evicted.
+        download_retry (int): Attempts of a download (at least 1).
+        download_timeout (float | None): Seconds a download may take.
+        open_retry_attempts (int): Attempts to open a remote file.
+        open_retry_initial_backoff (float): First wait between those attempts, in seconds.
+        open_retry_max_backoff (float): Longest wait between them.
+        min_slack_bytes (int | str): Least room an eviction frees beyond what is needed.
+        max_slack_bytes (int | str): Most room an eviction frees beyond what is needed.
+        rg_cache_bytes (int | str | None): Old name of ``ParquetRGCacheOptions.limit_bytes``.
+        keep_zip (bool): Accepted for compatibility.
+        validate_hash (bool | None): Accepted for compatibility.
+    """
 
     _defaults: ClassVar[dict[str, Any]] = {
         "enabled": None,
@@ -129,7 +166,15 @@ class CacheOptions(_Options):
 
 
 class ParquetRGCacheOptions(_Options):
-    """Decoded Parquet row groups kept per process (an in-memory LRU in this implementation)."""
+    """Decoded Parquet row groups kept per process (an in-memory LRU in this implementation).
+
+    Keyword Args:
+        enabled (bool | None): False keeps no decoded row group.
+        limit_bytes (int | str | None): Bytes of decoded row groups per process (default
+            ``$ZEPHON_RG_CACHE_BYTES``, else 256 MiB).
+        root (str | None): Accepted for compatibility (the cache is in memory).
+        min_free_bytes (int | str): Accepted for compatibility.
+    """
 
     _defaults: ClassVar[dict[str, Any]] = {
         "enabled": None,
@@ -145,9 +190,18 @@ class ParquetRGCacheOptions(_Options):
 
 
 class StoreOptions(_Options):
-    """Everything the dataset layer can be told. ``remote_reads`` is our addition: ``auto``
-    (whole JSONL shards into the cache; Parquet row groups by byte range until half a shard has
-    been fetched, then the whole shard), ``whole`` or ``ranges``."""
+    """Everything the dataset layer can be told; give it as ``options(io_options=...)`` or
+    ``Dataset.with_store_options``.
+
+    Keyword Args:
+        cache (CacheOptions | dict | None): ``CacheOptions`` (or a dict of them).
+        parquet_rg_cache (ParquetRGCacheOptions | dict | None): ``ParquetRGCacheOptions`` (or a dict of them).
+        remote_reads (str | None): ``"auto"`` (whole JSONL shards into the cache; Parquet row groups by byte
+            range until half a shard has been fetched, then the whole shard), ``"whole"`` or
+            ``"ranges"`` (default ``$ZEPHON_REMOTE_READS``, else ``"auto"``).
+        vortex_read_concurrency (int | None): Accepted for compatibility.
+        vortex_segment_cache_bytes (int | str): Accepted for compatibility.
+    """
 
     _defaults: ClassVar[dict[str, Any]] = {
         "cache": None,

@@ -35,6 +35,18 @@ def spawn_child(parent: SampleMeta | SampleRecord, child_idx: int, is_last_child
     Number the children 0, 1, 2, ... in emission order and pass ``is_last_child=True`` for the
     last one: it closes the parent's contributions. The child keeps the parent's sample id and
     lane, and its lineage gains ``child_idx``, which gives it a cursor of its own.
+
+    Args:
+        parent: The record being split (or its metadata).
+        child_idx: The child's number, from 0.
+        is_last_child: True for the last child.
+        tags: Tags to set on the child's metadata.
+
+    Returns:
+        The child's ``SampleMeta``.
+
+    Raises:
+        ValueError: A negative ``child_idx``.
     """
     meta = _meta_of(parent)
     if int(child_idx) < 0:
@@ -64,10 +76,22 @@ def pack_meta(primary_cursor: SampleCursor, contributors: Iterable[Any], lane_id
               component_token_counts: Mapping[int, int] | None = None) -> SampleMeta:
     """Metadata of a record built from several inputs (a pair, a packed row, a merged group).
 
-    ``primary_cursor`` becomes the record's identity: take one derived from an input that no
-    other output uses, e.g. ``first.meta.cursor.child(0)``, so it is unique within the lane.
-    ``contributors`` are the inputs (``ContributorRef``, cursors, metas or records), at most one
-    per base offset. Sample counts per component default to one per distinct input.
+    Args:
+        primary_cursor: The record's identity: take one derived from an input that no other
+            output uses, e.g. ``first.meta.cursor.child(0)``, so it is unique within the lane.
+        contributors: The inputs (``ContributorRef``, cursors, metas or records), at most one
+            per base offset.
+        lane_id: The lane of the inputs.
+        tags: Tags to set on the metadata.
+        component_sample_counts: Samples per component (dataset id) in the record; default one
+            per distinct input.
+        component_token_counts: Tokens per component in the record.
+
+    Returns:
+        The record's ``SampleMeta``.
+
+    Raises:
+        TypeError: ``primary_cursor`` is not a ``SampleCursor``.
     """
     if not isinstance(primary_cursor, SampleCursor):
         raise TypeError("primary_cursor must be a SampleCursor (e.g. record.meta.cursor.child(0))")
@@ -93,6 +117,13 @@ def tombstone_meta(ref: ContributorRef | SampleCursor | SampleMeta | SampleRecor
 
     Zephon's checkpoints do not count closures (they resume from pointer positions), so an
     operator may emit tombstones or not; they never reach the training loop either way.
+
+    Args:
+        ref: The dropped record (or its metadata, cursor or ``ContributorRef``).
+        lane_id: Its lane.
+
+    Returns:
+        The tombstone's ``SampleMeta``.
     """
     r = _as_ref(ref)
     c = r.cursor

@@ -31,7 +31,13 @@ class CheckpointError(ZephonError, ValueError):
 
 
 class OperatorError(ZephonError):
-    """An operator failed; ``op_name`` and, where known, ``sample_id`` say where."""
+    """An operator failed; ``op_name`` and, where known, ``sample_id`` say where.
+
+    Args:
+        op_name: The operator's name.
+        sample_id: ``(dataset_id, shard_id, sample_idx)`` of the record at fault, or None.
+        message: What went wrong.
+    """
 
     def __init__(self, op_name: str, sample_id: Any, message: str) -> None:
         self.op_name = op_name

@@ -91,7 +91,16 @@ class MapBatchOp(BaseOp):
 
 
 class UserFunctionError(OperatorError):
-    """An exception raised by user code, with the operator and the record that triggered it."""
+    """An exception raised by user code, with the operator and the record that triggered it
+    (a failing group is re-run one record at a time to find it). The original exception is
+    ``cause``; ``__cause__`` is that exception in the process where it was raised, and the
+    worker's traceback (text) when it crossed from a worker process.
+
+    Args:
+        op_name: The operator's name.
+        sample_id: ``(dataset_id, shard_id, sample_idx)`` of the record at fault, or None.
+        cause: The exception user code raised.
+    """
 
     def __init__(self, op_name: str, sample_id: Any, cause: BaseException) -> None:
         self.cause = cause

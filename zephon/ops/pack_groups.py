@@ -10,7 +10,15 @@ import numpy as np
 
 
 class DomainGroups:
-    """Named groups of mixture components: ``DomainGroups({"code": ["py", "js"], ...})``."""
+    """Named groups of mixture components: ``DomainGroups({"code": ["py", "js"], ...})``, for
+    ``pack_flat(homogeneity="group", groups=...)``: each packed row holds one group only.
+
+    Args:
+        groups: Group name -> its dataset names (a dataset in at most one group).
+
+    Raises:
+        ValueError: A dataset in two groups.
+    """
 
     def __init__(self, groups: Mapping[str, Sequence[str]]) -> None:
         self.groups = {str(g): list(m) for g, m in groups.items()}

@@ -147,4 +147,4 @@ class RecordLane(LaneAccumulator):
                 f"operator {self.op.op_name}: restoring its accumulator by pushing back the "
                 f"{len(elems)} record(s) it held released a group; Zephon restores an "
                 "accumulator from the records it holds, so its grouping must depend only on "
-                "them (see docs/user_operators.md, 'Checkpoints')")
+                "them (see docs/guides/operators.md, 'Checkpoints')")

@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 
 SampleId = tuple[int, int, int]  # (dataset_id, shard_id, sample_idx)
+"""A sample pointer: ``(dataset_id, shard_id, sample_idx)``; ``dataset_id`` is the dataset's
+position in the work source's ``datasets``."""
 
 
 @dataclass(frozen=True, eq=False, init=False)
@@ -26,6 +28,24 @@ class WorkChunk:
     ...]}, seed=None, target_mixture=None, source_exhausted=())`` builds the same thing: the
     components are interleaved by smooth weighted round robin over their counts, each in its
     listed order (how the reference reads a chunk).
+
+    Args:
+        dataset_id: Each pointer's dataset (its position in the work source's datasets).
+        shard_id: Each pointer's shard.
+        sample_idx: Each pointer's row within its shard.
+        lane_id: The lane the chunk belongs to.
+        chunk_id: The chunk's number within its lane.
+        global_index: The chunk's place in the global curriculum.
+        seed: The chunk's seed (for read orders that shuffle; None is 0).
+        target_mixture: The mixture the chunk was drawn for, by component name (normalised).
+        component_names: The component name of each dataset id.
+        components: Instead of the arrays: ``{name: [(dataset_id, shard_id, sample_idx), ...]}``.
+        source_exhausted: Names of the components whose data ran out in this chunk.
+
+    Raises:
+        TypeError: Both or neither of the arrays and ``components``.
+        ValueError: Arrays of different lengths, repeated names, or weights that do not sum
+            to more than 0.
     """
 
     dataset_id: np.ndarray
@@ -109,26 +129,54 @@ class WorkChunk:
                         self.sample_idx.tolist()))
 
     def read_order(self, config: Any = None) -> np.ndarray:
-        """Positions of the pointers in the order ``config`` (a ``MixtureReadConfig``) reads
-        them; the stored order by default."""
+        """Positions of the pointers in the order ``config`` reads them.
+
+        Args:
+            config: A ``MixtureReadConfig`` (or a dict of it); None: the stored order.
+
+        Returns:
+            The positions (int64).
+        """
         from zephon.work.read_config import coerce, read_order
 
         order = read_order(self.dataset_id, self.seed, coerce(config))
         return np.arange(len(self), dtype=np.int64) if order is None else order
 
     def iter_samples(self, config: Any = None):
-        """The pointers as tuples in the order ``config`` reads them."""
+        """The pointers as tuples in the order ``config`` reads them.
+
+        Args:
+            config: A ``MixtureReadConfig``; None: the stored order.
+
+        Returns:
+            pointers (Iterator[SampleId]): ``(dataset_id, shard_id, sample_idx)`` tuples.
+        """
         order = self.read_order(config)
         return zip(self.dataset_id[order].tolist(), self.shard_id[order].tolist(),
                    self.sample_idx[order].tolist())
 
     def sample_at(self, index: int, config: Any = None) -> SampleId:
-        """The ``index``-th pointer in the order ``config`` reads them."""
+        """The ``index``-th pointer in the order ``config`` reads them.
+
+        Args:
+            index: The position in that order.
+            config: A ``MixtureReadConfig``; None: the stored order.
+
+        Returns:
+            ``(dataset_id, shard_id, sample_idx)``.
+        """
         i = int(self.read_order(config)[index])
         return int(self.dataset_id[i]), int(self.shard_id[i]), int(self.sample_idx[i])
 
     def reordered(self, config: Any = None) -> WorkChunk:
-        """This chunk with its pointers stored in the order ``config`` reads them."""
+        """This chunk with its pointers stored in the order ``config`` reads them.
+
+        Args:
+            config: A ``MixtureReadConfig``; None: the stored order (the chunk itself).
+
+        Returns:
+            The chunk.
+        """
         from zephon.work.read_config import coerce, read_order
 
         order = read_order(self.dataset_id, self.seed, coerce(config))
@@ -167,7 +215,11 @@ class WorkSource(ABC):
     """Turns a curriculum into chunks of sample pointers, one lane at a time.
 
     The user's instance acts as lane 0 of 1 (the whole curriculum); the engine calls
-    ``clone_for_lane`` once per lane and pulls each clone with ``next_chunk``.
+    ``clone_for_lane`` once per lane and pulls each clone with ``next_chunk``. Subclass it for a
+    curriculum of your own: ``next_chunk`` and ``datasets_by_id`` are required; with
+    ``state_dict`` / ``load_state_dict`` that hold the lane's position, a restore starts from the
+    state saved before the oldest chunk it needs, without them it replays the lane's chunks from
+    the first (no records are re-read).
     """
 
     _lane_id: int = 0
@@ -184,18 +236,33 @@ class WorkSource(ABC):
         """dataset_id -> dataset."""
 
     def component_ids(self) -> dict[str, int]:
+        """Component (dataset) name -> dataset id."""
         return {ds.name: i for i, ds in self.datasets_by_id.items()}
 
     @property
     def lane_id(self) -> int:
+        """The lane this source yields (0 for the user's instance)."""
         return self._lane_id
 
     @property
     def canonical_replicas(self) -> int:
+        """The number of lanes the curriculum is split into (1 for the user's instance)."""
         return self._canonical_replicas
 
     def clone_for_lane(self, lane_id: int, canonical_replicas: int) -> WorkSource:
-        """A copy bound to one lane that yields only that lane's chunks."""
+        """A copy bound to one lane that yields only that lane's chunks.
+
+        Args:
+            lane_id: The lane, in ``[0, canonical_replicas)``.
+            canonical_replicas: The number of lanes.
+
+        Returns:
+            The clone, positioned at the lane's first chunk.
+
+        Raises:
+            RuntimeError: This is already a clone.
+            ValueError: A bad lane or lane count.
+        """
         if self._is_clone:
             raise RuntimeError("a lane clone cannot be cloned again; clone the original source")
         if isinstance(canonical_replicas, bool) or not isinstance(canonical_replicas, int) \
@@ -215,10 +282,20 @@ class WorkSource(ABC):
         return copy.deepcopy(self)
 
     def state_dict(self) -> dict[str, Any]:
+        """The lane's position, JSON-serializable. The base class holds no position (lane layout
+        only); override it with ``load_state_dict`` to let restores skip the replay."""
         return {"lane_id": self._lane_id, "canonical_replicas": self._canonical_replicas,
                 "chunk_size_hint": self.chunk_size_hint()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Return to a position saved by ``state_dict``.
+
+        Args:
+            state: A dict from ``state_dict``.
+
+        Raises:
+            RuntimeError: The state belongs to another lane layout.
+        """
         diffs = [f"{k}: checkpoint {state.get(k)!r}, this source {v!r}"
                  for k, v in (("lane_id", self._lane_id),
                               ("canonical_replicas", self._canonical_replicas))
@@ -228,16 +305,30 @@ class WorkSource(ABC):
                                + "; ".join(diffs) + "); clone_for_lane first")
 
     def chunk_size_hint(self) -> int | None:
+        """Pointers per chunk, if the source knows (None otherwise)."""
         return None
 
     def supports_indexing(self) -> bool:
+        """Whether ``sample_id_at`` works (map-style access); False here."""
         return False
 
     def sample_id_at(self, index: int) -> SampleId:
+        """The ``index``-th sample of the curriculum, for sources that support indexing.
+
+        Args:
+            index: The position in the curriculum.
+
+        Returns:
+            ``(dataset_id, shard_id, sample_idx)``.
+
+        Raises:
+            TypeError: The source does not support indexing.
+        """
         raise TypeError(f"{type(self).__name__} does not support indexing")
 
     @property
     def total_samples(self) -> float:
+        """Samples in the curriculum; ``inf`` when it has no end."""
         return float("inf")
 
     def __len__(self) -> int:

@@ -35,6 +35,12 @@ class MixtureSpec:
     """Relative sampling weights per component (dataset name), normalised to sum to one.
 
     ``MixtureSpec({"code": .25, "web": .75}) == MixtureSpec({"code": 1, "web": 3})``.
+
+    Args:
+        weights: Dataset name -> positive weight.
+
+    Raises:
+        ValueError: Not a mapping, empty, or a bad name or weight.
     """
 
     def __init__(self, weights: Mapping[str, float]) -> None:
@@ -52,10 +58,19 @@ class MixtureSpec:
 
     @classmethod
     def coerce(cls, mixture: Union[MixtureSpec, Mapping[str, float]]) -> MixtureSpec:
+        """A ``MixtureSpec`` from a spec or a mapping of weights.
+
+        Args:
+            mixture: The spec, or ``{name: weight}``.
+
+        Returns:
+            The spec.
+        """
         return mixture if isinstance(mixture, MixtureSpec) else cls(mixture)
 
     @property
     def names(self) -> tuple[str, ...]:
+        """The component names, in declaration order."""
         return tuple(self._exact)
 
     @property
@@ -69,7 +84,14 @@ class MixtureSpec:
         return dict(self._exact)
 
     def check_names(self, names: Iterable[str]) -> None:
-        """ValueError unless the components are exactly ``names``."""
+        """ValueError unless the components are exactly ``names``.
+
+        Args:
+            names: The work source's dataset names.
+
+        Raises:
+            ValueError: A dataset without a weight or a weight for an unknown component.
+        """
         names = list(names)
         missing = [n for n in names if n not in self._exact]
         extra = [n for n in self._exact if n not in names]

@@ -33,19 +33,36 @@ TAG_READ_RANDOM = 12
 
 
 class MixtureReadMode(str, Enum):
+    """How a chunk's components are interleaved: ``"weighted_round_robin"`` (the default:
+    smooth weighted round robin over the components' counts) or ``"weighted_random"`` (each
+    position's component drawn in proportion to the counts)."""
     WEIGHTED_ROUND_ROBIN = "weighted_round_robin"
     WEIGHTED_RANDOM = "weighted_random"
 
 
 class ComponentOrder(str, Enum):
+    """How a component's own pointers are ordered within a chunk: ``"as_is"`` (as the work
+    source lists them) or ``"shuffle"`` (a keyed permutation)."""
     AS_IS = "as_is"
     SHUFFLE = "shuffle"
 
 
 @dataclass(frozen=True)
 class MixtureReadConfig:
-    """How a chunk's components are interleaved and ordered (see the module docstring).
-    ``precompute`` is accepted for the reference's sake: orders are always computed whole."""
+    """How a chunk's pointers are read: ``options(mixture_config=MixtureReadConfig(...))``.
+
+    The order is a pure function of the chunk and this configuration, so it is part of the
+    data: a checkpoint refuses a restore under another one. Strings are accepted for the modes.
+
+    Args:
+        mode: A ``MixtureReadMode`` (or its value).
+        seed: The seed of the random orders; None uses each chunk's own seed.
+        precompute: Accepted for the reference's sake: orders are always computed whole.
+        within_component: A ``ComponentOrder`` (or its value).
+
+    Raises:
+        ValueError: An unknown mode or a seed that is not an int.
+    """
 
     mode: MixtureReadMode = MixtureReadMode.WEIGHTED_ROUND_ROBIN
     seed: int | None = None
@@ -68,6 +85,7 @@ class MixtureReadConfig:
                 and self.within_component is ComponentOrder.AS_IS)
 
     def describe(self) -> dict[str, Any]:
+        """The configuration as a plain dict (for ``explain()`` and checkpoints)."""
         return {"mode": self.mode.value, "seed": self.seed,
                 "within_component": self.within_component.value}
 

@@ -51,7 +51,41 @@ _STATE_VERSION = 1
 
 
 class StaticMixtureWorkSource(WorkSource):
-    """Datasets mixed in fixed proportions, cut into chunks of ``chunk_size`` pointers."""
+    """Datasets mixed in fixed proportions, cut into chunks of ``chunk_size`` pointers.
+
+    Chunk ``j`` of a lane is a pure function of the configuration, so a lane computes only its
+    own chunks and a checkpoint is the next chunk id. Every sample of every dataset is visited
+    once per pass: no epoch tail is dropped.
+
+    Args:
+        datasets: The datasets (unique names).
+        mixture: A ``MixtureSpec`` or ``{dataset name: weight}`` naming every dataset.
+        chunk_size: Pointers per chunk; each chunk holds every dataset in proportion.
+        seed: Seed of every order (shards, rows, blocks, lane routing).
+        shuffle_shards: Visit each dataset's shards in a seeded order (rows within a shard stay
+            in order, which keeps reads sequential).
+        shuffle_within_shard: Also permute the rows inside each shard (costly for Parquet).
+        shuffle_block_size: Shuffle each dataset's sequence in blocks of this many pointers:
+            an int, ``"auto"`` (8 x the largest shard) or ``"global"`` (the whole dataset);
+            None: no block shuffle.
+        exhausted_policy: ``"stop"`` (the source ends when this dataset runs out) or
+            ``"repeat"`` (it starts a new pass), for all datasets or per name.
+        reshuffle_on_repeat: A new order for every pass (default True), for all or per name.
+        max_repeats: Passes after the first that a repeating dataset may make, for all or per
+            name; the source ends when one would exceed it.
+        stop_after_passes: End once every dataset has completed this many passes (the default,
+            1, when neither ``exhausted_policy`` nor ``max_repeats`` is given); None: no such
+            end.
+        lane_assignment: How chunks go to lanes: ``"permute"`` (each block of
+            ``canonical_replicas`` chunks through a seeded permutation of the lanes) or
+            ``"modulo"`` (chunk g to lane g mod lanes).
+        token_estimation: A ``TokenEstimation`` makes the weights token shares instead of
+            sample shares.
+
+    Raises:
+        ValueError: Empty or repeated datasets, a mixture that does not name exactly the
+            datasets, or a bad knob.
+    """
 
     def __init__(self, datasets: Iterable[Any], mixture: Union[MixtureSpec, Mapping[str, float]],
                  chunk_size: int = 16384, seed: int = 0, shuffle_shards: bool = True,
@@ -115,46 +149,59 @@ class StaticMixtureWorkSource(WorkSource):
 
     @property
     def datasets(self) -> list[Any]:
+        """The datasets, in dataset-id order."""
         return list(self._datasets)
 
     @property
     def datasets_by_id(self) -> dict[int, Any]:
+        """Dataset id -> dataset."""
         return dict(enumerate(self._datasets))
 
     def component_ids(self) -> dict[str, int]:
+        """Dataset name -> dataset id."""
         return {n: i for i, n in enumerate(self._names)}
 
     @property
     def mixture(self) -> MixtureSpec:
+        """The target mixture."""
         return self._mixture
 
     @property
     def chunk_size(self) -> int:
+        """Pointers per chunk."""
         return self._knobs.chunk_size
 
     @property
     def seed(self) -> int:
+        """The curriculum's seed."""
         return self._knobs.seed
 
     @property
     def lane_assignment(self) -> str:
+        """``"permute"`` or ``"modulo"``."""
         return self._knobs.lane_assignment
 
     @property
     def resolved_block_sizes(self) -> dict[str, int | None]:
+        """Each dataset's block-shuffle size after ``"auto"`` / ``"global"`` are resolved (None:
+        no block shuffle)."""
         return dict(zip(self._names, self._knobs.block_sizes))
 
     def chunk_size_hint(self) -> int:
+        """Pointers per chunk (``chunk_size``)."""
         return self._knobs.chunk_size
 
     # -- token-aware mixtures --------------------------------------------------------------
 
     @property
     def token_estimation(self) -> TokenEstimation | None:
+        """The ``TokenEstimation`` of a token-aware source, else None."""
         return self._token_estimation
 
     @property
     def token_ratios(self) -> dict[str, float] | None:
+        """Tokens per stored byte of each dataset once known (None before priming or without
+        token estimation)."""
         return None if self._token_ratios is None else dict(self._token_ratios)
 
     def datasets_to_measure(self) -> list[str]:
@@ -165,7 +212,18 @@ class StaticMixtureWorkSource(WorkSource):
         return [n for n in self._names if n not in pinned]
 
     def set_token_ratios(self, ratios: Mapping[str, float]) -> None:
-        """Prime a token-aware source with measured tokens per byte (pinned primer values win)."""
+        """Prime a token-aware source with measured tokens per byte (pinned primer values win).
+
+        The pipeline does this itself before the first batch; call it only to supply figures of
+        your own.
+
+        Args:
+            ratios: Dataset name -> tokens per stored byte.
+
+        Raises:
+            RuntimeError: The source is not token-aware, or chunks were already drawn.
+            ValueError: Unknown, missing or invalid ratios.
+        """
         if self._token_estimation is None:
             raise RuntimeError("set_token_ratios needs a source built with token_estimation=...")
         if self._next_chunk_id:
@@ -219,7 +277,16 @@ class StaticMixtureWorkSource(WorkSource):
         return r
 
     def lane_chunk(self, lane_id: int, canonical_replicas: int, chunk_id: int) -> WorkChunk | None:
-        """Chunk ``chunk_id`` of lane ``lane_id`` of ``canonical_replicas`` (None past the end)."""
+        """Chunk ``chunk_id`` of lane ``lane_id`` of ``canonical_replicas`` (None past the end).
+
+        Args:
+            lane_id: The lane.
+            canonical_replicas: The number of lanes.
+            chunk_id: The chunk's number within the lane.
+
+        Returns:
+            The chunk, or None past the end of the curriculum.
+        """
         lanes = cfg.check_int("canonical_replicas", canonical_replicas, 1)
         lane = cfg.check_int("lane_id", lane_id, 0)
         if lane >= lanes:
@@ -236,6 +303,7 @@ class StaticMixtureWorkSource(WorkSource):
                          component_names=self._names)
 
     def next_chunk(self) -> WorkChunk | None:
+        """This lane's next chunk, or None at the end (which leaves the position alone)."""
         chunk = self.lane_chunk(self._lane_id, self._canonical_replicas, self._next_chunk_id)
         if chunk is not None:  # a terminal None leaves the position alone
             self._next_chunk_id += 1
@@ -277,6 +345,7 @@ class StaticMixtureWorkSource(WorkSource):
         return clone
 
     def state_dict(self) -> dict[str, Any]:
+        """This lane's position (the next chunk id) and the configuration it belongs to."""
         state = super().state_dict()
         state.update(self._knobs.to_state(self._names))
         state.update({
@@ -293,7 +362,11 @@ class StaticMixtureWorkSource(WorkSource):
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue exactly where ``state`` was taken; the checkpoint's curriculum wins."""
+        """Continue exactly where ``state`` was taken; the checkpoint's curriculum wins.
+
+        Args:
+            state: A dict from ``state_dict``.
+        """
         super().load_state_dict(state)
         if state.get("kind") != _STATE_KIND or state.get("version") != _STATE_VERSION:
             raise RuntimeError(f"not a StaticMixtureWorkSource checkpoint (kind "

@@ -34,7 +34,27 @@ def check_ratio(value: Any, what: str) -> float:
 
 @dataclass(frozen=True)
 class TokenEstimation:
-    """Switches the mixture weights from samples to tokens (see spec §4.7)."""
+    """Switches the mixture weights from samples to tokens: each dataset's mean tokens per
+    record is estimated (from a small sample, in the node cache, or from ``index.json``) and the
+    per-chunk sample quotas are set so that the tokens follow the weights.
+
+    Args:
+        primer: ``"measure"`` (estimate every dataset), a number (tokens per stored byte for
+            every dataset) or ``{dataset name: tokens per byte}`` (those datasets are not
+            measured).
+        measure: ``payload -> token count`` to use instead of the pipeline's tokenizer.
+        calibration_samples: At most this many records are tokenized per dataset.
+        calibration_shards_min: Fewest shards the sample is drawn from.
+        calibration_shards_max: Most shards the sample is drawn from.
+        fallback_tokens_per_byte: The figure used (with a warning) when a dataset cannot be
+            measured.
+        precision: Relative half-width of the confidence interval at which sampling stops.
+        confidence: The confidence level of that interval.
+        max_scanned: At most this many records have their text length measured (Parquet).
+
+    Raises:
+        ValueError: A value out of range.
+    """
 
     primer: Primer = "measure"
     measure: Callable[[Any], int] | None = None
@@ -78,7 +98,17 @@ class TokenEstimation:
         check_ratio(self.fallback_tokens_per_byte, "fallback_tokens_per_byte")
 
     def pinned_ratios(self, names: Sequence[str]) -> dict[str, float]:
-        """Ratios fixed by the primer itself (no measuring needed for these datasets)."""
+        """Ratios fixed by the primer itself (no measuring needed for these datasets).
+
+        Args:
+            names: The work source's dataset names.
+
+        Returns:
+            Dataset name -> tokens per byte, for the pinned datasets.
+
+        Raises:
+            ValueError: The primer names an unknown dataset.
+        """
         if isinstance(self.primer, str):
             return {}
         if isinstance(self.primer, Mapping):

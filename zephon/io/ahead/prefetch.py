@@ -19,7 +19,13 @@ __all__ = ["ShardPrefetcher"]
 
 class ShardPrefetcher:
     """``submit(dataset_id, shard_ids)`` warms shards of ``datasets[dataset_id]`` in the
-    background with ``parallelism`` threads."""
+    background with ``parallelism`` threads (``Dataset.warm``: downloads into the node cache,
+    line indexes). A context manager: leaving it closes the threads.
+
+    Args:
+        datasets: The datasets, indexed by dataset id.
+        parallelism: Worker threads.
+    """
 
     def __init__(self, datasets: Sequence[Any], parallelism: int = 4) -> None:
         if parallelism < 1:
@@ -36,8 +42,16 @@ class ShardPrefetcher:
         self.completed = 0
 
     def submit(self, dataset_id: int, shard_ids: Iterable[int]) -> list[Future]:
-        """Queue shards for warming; returns the futures (shared with earlier submissions of
-        the same shards that are still running)."""
+        """Queue shards for warming.
+
+        Args:
+            dataset_id: Index of the dataset in ``datasets``.
+            shard_ids: Its shards to warm.
+
+        Returns:
+            The futures (shared with earlier submissions of the same shards that are still
+            running).
+        """
         if self._pool is None:
             raise RuntimeError("ShardPrefetcher is closed")
         ds = self.datasets[dataset_id]
@@ -65,15 +79,21 @@ class ShardPrefetcher:
                 self.completed += 1
 
     def errors(self) -> list[BaseException]:
+        """The failures so far, in the order they happened."""
         with self._lock:
             return list(self._errors)
 
     def pending(self) -> int:
+        """Shards submitted and not finished yet."""
         with self._lock:
             return len(self._inflight)
 
     def wait(self, timeout: float | None = None) -> None:
-        """Block until everything submitted so far is done; raise the first failure."""
+        """Block until everything submitted so far is done; raise the first failure.
+
+        Args:
+            timeout: Seconds to wait at most (None: no limit).
+        """
         with self._lock:
             futures = list(self._inflight.values())
         wait_futures(futures, timeout=timeout)

@@ -144,8 +144,20 @@ def build_index(format_name: str, dataset_dir: str | os.PathLike, *,
     holds shards of a format other than ``format_name`` is refused (ValueError naming them):
     use ``"auto"``.
 
-    Inspects up to ``max_workers`` shards at a time. Returns the local ``Path`` written, or the
-    URL for a remote destination.
+    Args:
+        format_name: A format with the ``index_file`` capability (``"jsonl"``, ``"parquet"``,
+            ...), or ``"auto"`` for a root of several.
+        dataset_dir: The dataset's directory or URL.
+        output_path: Where to write (default: ``index.json`` in the dataset's root).
+        progress: Show a progress bar (needs tqdm).
+        max_workers: Shards inspected at a time.
+        storage_options: Passed to the fsspec filesystem.
+
+    Returns:
+        The local ``Path`` written, or the URL for a remote destination.
+
+    Raises:
+        ValueError: An unsupported format, ``max_workers`` below 1, or no shards.
     """
     indexable = _indexable()
     if format_name not in indexable and format_name != "auto":

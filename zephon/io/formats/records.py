@@ -146,12 +146,27 @@ def _double_column(k, values: np.ndarray, starts: np.ndarray, ends: np.ndarray,
 
 
 def sparse_columns(table: pa.Table) -> frozenset[str]:
+    """The columns of a reader's table in which a null stands for a key the record lacks.
+
+    Args:
+        table: A table from ``Dataset.read_table``.
+
+    Returns:
+        Their names.
+    """
     raw = (table.schema.metadata or {}).get(SPARSE_KEY)
     return frozenset(x for x in raw.decode().split(",") if x) if raw else frozenset()
 
 
 def payloads_from_table(table: pa.Table) -> list[dict]:
-    """Python dicts of a reader's table, with absent keys left out (the record view)."""
+    """Python dicts of a reader's table, with absent keys left out (the record view).
+
+    Args:
+        table: A table from ``Dataset.read_table``.
+
+    Returns:
+        One dict per row.
+    """
     rows = table.to_pylist()
     sparse = sparse_columns(table)
     if sparse:

@@ -130,7 +130,7 @@ class Ledger:
     def _name(self, d: int) -> str:
         return self.names[d] if 0 <= d < len(self.names) else f"dataset {d}"
 
-    def describe(self, op: str, reason: str) -> str:
+    def describe(self, op: str, reason: str, final: bool = False) -> str:
         parts = []
         for (o, r, d), (recs, toks) in sorted(self.losses.counts.items()):
             if (o, r) == (op, reason):
@@ -139,6 +139,8 @@ class Ledger:
                     what += (", " if what else "") + _count(toks, "token")
                 parts.append(f"{self._name(d)}: {what}")
         meaning = REASONS.get(reason, reason)
+        if final:
+            return f"{op} '{reason}' ({meaning}): " + "; ".join(parts)
         return (f"operator {op} counted records or tokens as '{reason}' ({meaning}) so far — "
                 + "; ".join(parts) + ". metrics_snapshot()['losses'] keeps the running counts")
 
@@ -161,5 +163,5 @@ class Ledger:
         """One line for the end of a pass, None when nothing was counted."""
         if not self.losses.counts:
             return None
-        return "zephon: records and tokens not delivered whole in this run: " + "; ".join(
-            self.describe(op, reason) for op, reason in sorted(self.warned))
+        return "zephon: not delivered whole in this run — " + " | ".join(
+            self.describe(op, reason, final=True) for op, reason in sorted(self.warned))

@@ -107,6 +107,9 @@ def measure(ds, d: int, fetch, pre: list, tok, te, show: bool = False) -> cal.Es
     est = None
     for _ in range(cal.MAX_ROUNDS):
         want = -(-(add_a if two_phase else add_b) // scan_rows)
+        if want and cal.free_slots(ids, counts, n_shards, taken, scan_rows) < want:
+            # the shards sampled so far are used up: spread over more of the catalog
+            n_shards = min(len(ids), max(2 * n_shards, n_shards + 1))
         for x, part in _scan(ds, d, fetch, pre, field, known, ids, counts, n_shards, want,
                              seed, taken, scan_rows):
             if two_phase:

@@ -80,6 +80,17 @@ def plan_clusters(ids: np.ndarray, counts: np.ndarray, n_shards: int, n_clusters
     return out
 
 
+def free_slots(ids: np.ndarray, counts: np.ndarray, n_shards: int, taken: set[tuple[int, int]],
+               rows: int) -> int:
+    """Clusters of ``rows`` not yet taken in the ``n_shards`` shards ``plan_clusters`` uses."""
+    ids, counts = np.asarray(ids, np.int64), np.asarray(counts, np.int64)
+    n_shards = max(1, min(len(ids), n_shards))
+    picks = np.unique(np.linspace(0, len(ids) - 1, n_shards).round().astype(np.int64))
+    total = sum(max(1, -(-int(counts[p]) // rows)) for p in picks)
+    used = sum(1 for s, _ in taken if s in {int(ids[p]) for p in picks})
+    return total - used
+
+
 @dataclass
 class Sample:
     """Per-cluster measurements. ``x_a``: lengths of the scanned records (phase A); ``x_b`` and

@@ -31,7 +31,8 @@ EXPECTED_OUTPUT = {
     "guides/sft.md": ["torch.Size([4, 512])", "[[-100, -100, -100, 20, 21, 2, -100"],
     "guides/troubleshooting.md": ["has no BOS token", "'operators': ['tokenize']"],
     "guides/operators.md": ["OP_NONDETERMINISTIC"],
-    "guides/checkpointing.md": ["checkpoint does not match this pipeline"],
+    "guides/checkpointing.md": ["checkpoint fingerprint.operators[1].seed: does not match "
+                                "this pipeline: checkpoint has 1, this pipeline has 2"],
 }
 
 

@@ -27,7 +27,19 @@ _SIZE_HINT = "a whole number of bytes or a string like '512mb', '50gb', '1.5tb'"
 def parse_size_bytes(value: Any, name: str = "size") -> int | None:
     """``"50gb"`` -> 53687091200; ints pass through; None and ``""`` -> None (unset).
 
-    ``name`` (an option or variable name) is what a ValueError says was wrong.
+    Args:
+        value: A whole number of bytes (an int, or a float with no fraction; not negative, not a
+            bool), or a string: digits, optionally with a fraction and a unit ``k``, ``m``,
+            ``g`` or ``t`` (binary multiples: ``"1.5gb"`` is 1.5 * 2**30, rounded down), with an
+            optional ``b`` or ``ib``, any case, blanks around; ``"4096"`` and ``"4096b"`` are
+            bytes and must be whole. None or a blank string: unset.
+        name: The option or variable name that a ``ValueError`` says was wrong.
+
+    Returns:
+        The number of bytes, or None when unset.
+
+    Raises:
+        ValueError: Anything else (names ``name`` and the value).
     """
     if value is None:
         return None

@@ -250,7 +250,71 @@ class Pipeline:
         ``{% generation %}`` tags, else checked prefix diffs (``span_source``). Conversations
         over ``max_length`` raise, or are truncated / dropped and counted (``oversized``); bad
         ones raise a ``DataError`` or are skipped and counted (``on_bad_record``). The rules:
-        ``zephon.ops.tokenize_chat``."""
+        ``zephon.ops.tokenize_chat``.
+
+        Args:
+            tokenizer: A ``tokenizers.Tokenizer``, the path of a ``tokenizer.json`` or of a
+                tokenizer directory, or a transformers tokenizer; its chat template (a
+                transformers tokenizer's ``chat_template``, or the directory's template files)
+                is used unless ``chat_template`` is given.
+            tokenizer_id: A tokenizer by name instead: ``"__fallback__"`` is the built-in
+                byte-level tokenizer, which has no template (pass ``chat_template``).
+            eos_token: The EOS text the template sees as ``eos_token`` and, with
+                ``apply_chat_template=False``, appended after each assistant message. ``None``
+                (default): the tokenizer's own EOS.
+            field: The payload field holding the conversation, a list of ``{"role", "content"}``
+                messages (a dotted path reaches nested fields).
+            max_length: Longest conversation in tokens, counted on the rendered text (the
+                template writes its own special tokens; none are added). ``None`` (default): no
+                limit. What happens to longer ones is ``oversized``.
+            chat_template: A Jinja template string, the path of a template file, or the name of
+                one of the tokenizer's templates. ``None`` (default): the tokenizer's own. Not
+                allowed with ``apply_chat_template=False``.
+            apply_chat_template: ``True`` (default) renders with the template. ``False`` joins
+                the message contents as they are, each assistant content followed by
+                ``eos_token``, every piece encoded on its own (the spans are then exact).
+            span_source: Where the assistant spans come from: ``"generation_tags"`` (the
+                template's ``{% generation %}`` blocks; a template without them is refused
+                here), ``"prefix_diff"`` (rendered prefixes diffed, each checked to be a prefix
+                of the whole), or ``"auto"`` (default: the tags where the template has them,
+                else prefix diffs).
+            loss_on_last_turn_only: ``True`` is ``loss_scope="last_span"``; it cannot be combined
+                with ``"after_last_user"``.
+            loss_scope: Which assistant spans get mask 1: ``"all_assistant"`` (default), the
+                last one (``"last_span"``), or those after the last user message
+                (``"after_last_user"``, for ``expand_chat`` prefixes).
+            chat_template_kwargs: Extra variables for the template, over the tokenizer's special
+                token strings (``bos_token``...). ``None`` (default): none.
+            tools_field: The payload field holding a record's tool schemas (a list of objects, or
+                JSON text of one), passed to the template as ``tools`` when present and not
+                null. ``None``: no field is read.
+            enable_thinking_field: The payload field whose value, when present and not null, is
+                passed to the template as ``enable_thinking``. ``None``: no field is read.
+            mask_field_out: Name of the output mask column (int8, 1 where the loss is taken);
+                not ``""`` nor ``"input_ids"``.
+            preserve_upstream_payload: ``False`` (default): the output holds ``input_ids`` and
+                the mask only. ``True``: the input fields are kept beside them (fields of the
+                same names are replaced).
+            oversized: Conversations over ``max_length``: ``"error"`` (default) raises a
+                ``DataError`` naming the record; ``"truncate"`` cuts them to ``max_length``
+                (counted with the tokens cut, reason ``truncated``); ``"drop"`` skips them
+                (counted, reason ``oversized``).
+            on_bad_record: Bad conversations (not a list, no messages, an unknown role,
+                non-text content, bad tools, a template that refuses them, spans that cannot be
+                derived exactly): ``"raise"`` (default) raises a ``DataError`` naming dataset,
+                shard and row; ``"skip"`` skips them, counted (``bad_record`` /
+                ``unmaskable``).
+            placement: Accepted for compatibility; the engine places stateless operators itself.
+            parallelism: Shown in ``explain()``; every worker runs the stateless operators.
+
+        Returns:
+            This pipeline.
+
+        Raises:
+            ValueError: An unknown ``span_source``, ``loss_scope``, ``oversized`` or
+                ``on_bad_record``; ``max_length`` below 1; conflicting keywords; no chat
+                template; or a template whose assistant spans cannot be found.
+        """
         from zephon.ops.tokenize_chat import TokenizeChatOp
 
         op = TokenizeChatOp(

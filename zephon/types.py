@@ -306,7 +306,15 @@ class SampleBatch:
         """One payload (or identity) column, without a Python object per record: a numpy view
         for fixed-width numbers, a ``RaggedColumn`` (numpy offsets + values) for token ids, a
         ``pyarrow.Array`` for strings and the rest (see ``zephon.columns``). The fast way to
-        read a batch."""
+        read a batch.
+
+        Args:
+            name: A payload column (e.g. ``"input_ids"``, ``"text"``) or an identity column
+                (``dataset_id``, ``shard_id``, ``sample_idx``, ``lane_id``, ``chunk_id``,
+                ``chunk_offset``); a payload column of that name is read first. Raises
+                ``KeyError`` (listing the columns there are) when neither exists, and
+                ``TypeError`` when the payloads are Python objects Arrow cannot hold as columns.
+        """
         from zephon.columns import column
 
         return column(self._block, name)

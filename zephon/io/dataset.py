@@ -65,6 +65,10 @@ class Dataset:
         catalog: Shard names, row counts and sizes (``from_path`` finds it).
         memory: The in-memory shards (``from_dict`` builds them).
         store_options: Storage settings (cache, remote reads); see ``with_store_options``.
+        on_bad_record: What a read does with a record that cannot be decoded at all (a JSONL
+            line that is not UTF-8 JSON of an object): ``"raise"`` (default) a ``DataError``
+            naming dataset, shard and line, or ``"skip"`` it, counted in
+            ``metrics_snapshot()["losses"]``.
     """
 
     def __init__(self, name: str, fmt: str, *, location: Location | None = None,
@@ -203,14 +207,31 @@ class Dataset:
 
     @property
     def on_bad_record(self) -> str:
+        """The policy for undecodable records: ``"raise"`` or ``"skip"``."""
         return self._on_bad_record
 
     def shard_format(self, shard_id: int) -> str:
+        """The name of the format one shard is read in (``"jsonl"``, ``"parquet"``, ...,
+        ``"memory"``); in a ``"mixed"`` dataset each shard has its own.
+
+        Args:
+            shard_id: The shard's id (one of ``ids()``); another raises ``KeyError``.
+
+        Returns:
+            The format's registered name.
+        """
         i = self._index(shard_id)
         return MEMORY.name if self._catalog is None else self._catalog.formats[i]
 
     def format_of(self, shard_id: int) -> ShardFormat:
-        """The format object that reads the shard (``zephon/io/formats/base.py``)."""
+        """The format object that reads the shard (``zephon/io/formats/base.py``).
+
+        Args:
+            shard_id: The shard's id (one of ``ids()``); another raises ``KeyError``.
+
+        Returns:
+            The ``ShardFormat`` registered under ``shard_format(shard_id)``.
+        """
         return self._formats[self.shard_format(shard_id)]
 
     def formats(self) -> dict[str, int]:
@@ -284,7 +305,14 @@ class Dataset:
         return int(self._counts[self._index(shard_id)])
 
     def shard_name(self, shard_id: int) -> str:
-        """The shard's file path or URL (for messages), or ``memory:<id>``."""
+        """The shard's file path or URL (for messages), or ``memory:<id>``.
+
+        Args:
+            shard_id: The shard's id (one of ``ids()``); another raises ``KeyError``.
+
+        Returns:
+            The name to show.
+        """
         return self._source(shard_id).display
 
     def __repr__(self) -> str:
@@ -422,7 +450,12 @@ class Dataset:
         opening would download whole starts downloading (``zephon/io/ahead/download_ahead.py``);
         a local shard of a format with the ``read_ahead`` capability (Parquet) starts decoding
         them on the read-ahead thread (``zephon/io/ahead/read_ahead.py``); anything else
-        ignores it. Never changes what a read returns."""
+        ignores it. Never changes what a read returns.
+
+        Args:
+            shard_id: The shard's id.
+            rows: Row numbers within the shard (int64 array, any order).
+        """
         caps = self.format_of(shard_id).capabilities
         if self._location is None and not caps.read_ahead:
             return
@@ -438,7 +471,13 @@ class Dataset:
         """Decode row group ``group`` of a shard (a format with the ``row_groups`` capability)
         on this machine now, on the read-ahead thread, for a read that will want it: a worker
         process is told so by the coordinator for the row groups it owns. Other formats and
-        remote shards ignore it."""
+        remote shards ignore it.
+
+        Args:
+            shard_id: The shard's id.
+            group: The row group's number in the shard's file, from 0 (``row_group_starts``
+                gives their first rows).
+        """
         if not self.format_of(shard_id).capabilities.row_groups:
             return
         self._reader(int(shard_id)).decode_ahead(int(group))
@@ -448,7 +487,14 @@ class Dataset:
         then its row count, from the footer of a file on this machine (once per process); None
         for other formats, for a remote shard not in the node cache yet (learning it would cost
         a request; asked again, it looks again) and for a file that cannot be read or whose rows
-        differ from the catalog's (its reader reports that, naming it)."""
+        differ from the catalog's (its reader reports that, naming it).
+
+        Args:
+            shard_id: The shard's id.
+
+        Returns:
+            int64 row numbers, one per row group plus the row count at the end, or None.
+        """
         fmt = self.format_of(shard_id)
         if not fmt.capabilities.row_groups:
             return None
@@ -463,14 +509,32 @@ class Dataset:
 
     def record_bytes(self, shard_id: int, rows: np.ndarray | Sequence[int]) -> np.ndarray | None:
         """Stored bytes of each of ``rows`` where the format keeps records apart (the
-        ``record_sizes`` capability: a JSONL record's line), None where it does not."""
+        ``record_sizes`` capability: a JSONL record's line), None where it does not.
+
+        Args:
+            shard_id: The shard's id.
+            rows: Row numbers within the shard, any order, repeats allowed.
+
+        Returns:
+            int64 byte counts aligned with ``rows`` (a JSONL line with its line break; of
+            the decoded text for compressed JSONL), or None.
+        """
         if not self.format_of(shard_id).capabilities.record_sizes:
             return None
         return self._reader(shard_id).record_bytes(np.asarray(rows, dtype=np.int64))
 
     def bad_rows(self, shard_id: int, rows: np.ndarray | Sequence[int]) -> np.ndarray:
         """Which of ``rows`` (bool mask) cannot be decoded at all (formats/bad_records.py); only
-        formats with the ``bad_rows`` capability (JSONL lines) have such rows."""
+        formats with the ``bad_rows`` capability (JSONL lines) have such rows.
+
+        Args:
+            shard_id: The shard's id.
+            rows: Row numbers within the shard, any order, repeats allowed.
+
+        Returns:
+            A bool mask aligned with ``rows``, True where the record is bad (all False for
+            formats without bad rows).
+        """
         rows = np.asarray(rows, dtype=np.int64)
         if not self.format_of(shard_id).capabilities.bad_rows:
             return np.zeros(len(rows), dtype=bool)
@@ -491,7 +555,11 @@ class Dataset:
     def warm(self, shard_ids: Iterable[int]) -> None:
         """Make shards ready for fast reads, as their format says (``ShardFormat.warm``):
         download remote shards (and decode compressed JSONL) into the node cache, line-index
-        JSONL. Thread-safe; a no-op for memory."""
+        JSONL. Thread-safe; a no-op for memory.
+
+        Args:
+            shard_ids: The shards to warm (ids from ``ids()``), each in turn, in this thread.
+        """
         res = self._rt().res
         for sid in shard_ids:
             self.format_of(sid).warm(self._source(sid), res)

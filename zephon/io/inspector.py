@@ -47,6 +47,14 @@ class DatasetInspector:
         return self._dataset.formats()
 
     def shard_format(self, shard_id: int) -> str:
+        """The format one shard is read in (``"jsonl"``, ``"parquet"``, ..., ``"memory"``).
+
+        Args:
+            shard_id: The shard's id; an unknown one raises ``KeyError``.
+
+        Returns:
+            The format's registered name.
+        """
         return self._dataset.shard_format(shard_id)
 
     def _check(self) -> None:

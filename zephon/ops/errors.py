@@ -19,6 +19,11 @@ class CheckpointError(ZephonError, ValueError):
     ``field`` is the path of the offending entry (``lanes[3].base.ops[2].held.chunk_offset[17]``).
     It is a ``ValueError`` and (through ``ZephonError``) a ``RuntimeError`` because restore used
     to raise both for the cases it already caught, and callers catch those.
+
+    Args:
+        field: Path of the offending entry in the checkpoint, or ``""`` when the fault is the
+            checkpoint as a whole (the message then reads ``checkpoint: ...``).
+        message: What is wrong with that entry.
     """
 
     def __init__(self, field: str, message: str) -> None:

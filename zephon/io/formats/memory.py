@@ -24,7 +24,14 @@ __all__ = ["MEMORY", "InMemoryShard", "MemoryFormat", "MemoryShardReader", "Memo
 
 
 class InMemoryShard(Sequence):
-    """A shard held in memory: a list of payloads (dicts for dict-shaped records)."""
+    """A shard held in memory: a list of payloads (dicts for dict-shaped records).
+
+    Supports ``len``, indexing (a slice is an ``InMemoryShard``) and iteration.
+
+    Args:
+        items: The payloads, in row order; copied into a new list (the payloads themselves are
+            not copied here; reads hand out deep copies). Default: none.
+    """
 
     __slots__ = ("_items",)
 
@@ -55,6 +62,7 @@ class InMemoryShard(Sequence):
 
     @property
     def items(self) -> list[Any]:
+        """The shard's own list of payloads (not a copy)."""
         return self._items
 
 

@@ -54,7 +54,18 @@ def entry_key(*parts: str) -> str:
 
 
 class ShardCache:
-    """One cache directory. Thread-safe and multi-process safe; cheap to create."""
+    """One cache directory. Thread-safe and multi-process safe; cheap to create.
+
+    Args:
+        root: The cache directory; its ``shards``, ``checks``, ``lineidx`` and ``locks``
+            subdirectories are created if missing.
+        limit_bytes: Most bytes the finished entries may hold together, or None (default) for
+            no limit (nothing is ever evicted).
+        min_slack_bytes: Least extra room (bytes; default 512 KiB) an eviction frees beyond
+            what the incoming entry needs, so the next one does not evict again at once.
+        max_slack_bytes: Most such extra room (bytes; default 64 MiB); between the two the
+            slack is 1% of ``limit_bytes``.
+    """
 
     def __init__(self, root: Path, limit_bytes: int | None = None, *,
                  min_slack_bytes: int = 512 << 10, max_slack_bytes: int = 64 << 20) -> None:
@@ -75,11 +86,28 @@ class ShardCache:
     # -- entries ------------------------------------------------------------------------------
 
     def entry_path(self, key: str, name: str) -> Path:
+        """Where the finished entry lives, whether or not it exists yet.
+
+        Args:
+            key: The entry's key (``entry_key`` of the object's URL and version).
+            name: The shard's name; its base name, with characters other than letters, digits
+                and ``._-`` replaced by ``_`` and cut to its last 80, follows the key.
+
+        Returns:
+            ``<root>/shards/<key>-<name>``.
+        """
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in os.path.basename(name))
         return self.shards / f"{key}-{safe[-80:]}"
 
     def record_path(self, key: str) -> Path:
-        """The entry's check record (its mtime is the entry's recency)."""
+        """The entry's check record (its mtime is the entry's recency).
+
+        Args:
+            key: The entry's key.
+
+        Returns:
+            ``<root>/checks/<key>.json``.
+        """
         return self.checks / f"{key}.json"
 
     def _inspect(self, key: str, name: str, size: int | None) -> tuple[Path, str | None] | None:
@@ -114,7 +142,18 @@ class ShardCache:
     def lookup(self, key: str, name: str, *, size: int | None = None,
                label: str | None = None) -> Path | None:
         """The finished entry, marked as just used, or None. A bad entry (see the module
-        docstring; ``size``: the bytes it must hold) is evicted with a warning: None."""
+        docstring) is evicted with a warning: None.
+
+        Args:
+            key: The entry's key.
+            name: The shard's name (as given to ``get_or_create``).
+            size: The bytes the entry must hold, or None (default) when not known: an entry of
+                another size is bad.
+            label: Names the entry in warnings (dataset and shard); None: the cache root.
+
+        Returns:
+            The entry's path, or None.
+        """
         found = self._inspect(key, name, size)
         if found is None:
             return None
@@ -134,11 +173,27 @@ class ShardCache:
                       label: str | None = None) -> Path:
         """The entry's path, produced by ``produce(part_path)`` if no process has done so yet.
 
-        ``produce`` writes the complete file at the given path and may return a dict saying
-        what it verified (kept in the check record); the cache syncs it and renames it into
-        place. ``expected_bytes`` estimates the size to make room for; ``size``, when known, is
-        what the entry must hold. ``label`` names the entry in warnings (dataset and shard).
         Exceptions from ``produce`` propagate and leave no entry behind.
+
+        Args:
+            key: The entry's key (``entry_key`` of the object's URL and version).
+            name: The shard's name (the entry's file name ends with it).
+            produce: ``produce(part_path)`` writes the complete file at that path and may
+                return a dict saying what it verified (kept in the check record); the cache
+                syncs it and renames it into place.
+            expected_bytes: Estimated size in bytes to make room for before producing; None
+                (default): ``size``, else nothing.
+            size: The bytes the entry must hold, when known (None, the default: any size); an
+                entry or a production of another size is refused.
+            label: Names the entry in warnings and errors (dataset and shard); None: the cache
+                root.
+
+        Returns:
+            The finished entry's path.
+
+        Raises:
+            ValueError: ``produce`` wrote other than ``size`` bytes, or the entry cannot fit
+                under ``limit_bytes`` at all.
         """
         found = self._inspect(key, name, size)
         if found is not None and found[1] is None:
@@ -201,10 +256,18 @@ class ShardCache:
     # -- eviction -----------------------------------------------------------------------------
 
     def fits(self, incoming: int) -> bool:
-        """Whether ``incoming`` more bytes fit under the limit without evicting anything."""
+        """Whether ``incoming`` more bytes fit under the limit without evicting anything.
+
+        Args:
+            incoming: Bytes about to be added.
+
+        Returns:
+            True when there is no limit or usage plus ``incoming`` is within it.
+        """
         return self.limit_bytes is None or self.usage() + incoming <= self.limit_bytes
 
     def usage(self) -> int:
+        """Bytes held by the finished entries (entries being written are not counted)."""
         return sum(size for _, size, _ in self._entries())
 
     def _entries(self) -> list[tuple[float, int, Path]]:
@@ -225,7 +288,18 @@ class ShardCache:
         return out
 
     def make_room(self, incoming: int, keep: str | None = None) -> None:
-        """Evict least recently used entries so usage + ``incoming`` fits under the limit."""
+        """Evict least recently used entries so usage + ``incoming`` fits under the limit.
+
+        When it must evict, it goes down to the limit less ``incoming`` less the slack (see the
+        class), so that the next entry need not evict again. No limit: nothing happens.
+
+        Args:
+            incoming: Bytes about to be added.
+            keep: The key of an entry never to evict (the one being produced); None: any.
+
+        Raises:
+            ValueError: ``incoming`` alone exceeds ``limit_bytes``.
+        """
         if self.limit_bytes is None:
             return
         if incoming > self.limit_bytes:
@@ -252,6 +326,8 @@ class ShardCache:
                     self.stats["evictions"] += 1
 
     def clear(self) -> None:
+        """Remove every entry, check record and line index (locks stay). Not for use while
+        other processes read from the cache."""
         for d in (self.shards, self.checks, self.lineidx):
             shutil.rmtree(d, ignore_errors=True)
             d.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ import time
 from zephon.arrow_memory import use_decode_pool
 from zephon.engine import metrics, spawning, wire
 from zephon.engine.lane import apply_ops
-from zephon.io import read_ahead
+from zephon.io.ahead import read_ahead
 from zephon.ops.base import OpContext, StageInfo
 
 

@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from zephon.io.formats.parquet_reader import row_group_cache
 
-    # the runs hold the process's row-group cache small (workloads.RG_CACHE_BYTES); give an
+    # the runs hold the process's row-group cache small (pipelines.RG_CACHE_BYTES); give an
     # in-process caller (the tests) its cache back as it was
     saved_limit = row_group_cache().limit_bytes
     try:

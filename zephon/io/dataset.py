@@ -27,8 +27,9 @@ from zephon.io.formats.bad_records import BAD_RECORD_POLICIES
 from zephon.io.formats.base import ShardFormat, ShardReader
 from zephon.io.formats.memory import MEMORY, InMemoryShard, MemoryShardRef, memory_shards
 from zephon.io.options import StoreOptions, resolve_store
-from zephon.io.storage.local_copy import Resources, ShardRef
+from zephon.io.storage.local_copy import Resources
 from zephon.io.storage.location import Location
+from zephon.io.storage.shard_ref import ShardRef
 
 __all__ = ["Dataset"]
 

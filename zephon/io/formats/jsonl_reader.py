@@ -37,7 +37,8 @@ from zephon.io.formats.records import (
     table_from_dicts,
     with_sparse,
 )
-from zephon.io.storage.local_copy import Resources, ShardRef, local_jsonl, remote_jsonl_index
+from zephon.io.storage.local_copy import Resources, local_jsonl, remote_jsonl_index
+from zephon.io.storage.shard_ref import ShardRef
 
 __all__ = ["JsonlShardReader"]
 

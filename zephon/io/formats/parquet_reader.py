@@ -25,7 +25,8 @@ import pyarrow.parquet as pq
 from zephon.block import take_table
 from zephon.io.ahead import read_ahead
 from zephon.io.errors import DataError
-from zephon.io.storage.local_copy import Resources, ShardRef, cached_copy, whole_local_copy
+from zephon.io.storage.local_copy import Resources, cached_copy, whole_local_copy
+from zephon.io.storage.shard_ref import ShardRef
 from zephon.payload_values import mark, payload_rows
 
 __all__ = ["ParquetShardReader", "RowGroupCache", "row_group_cache"]

@@ -62,7 +62,7 @@ def build(corpus: Corpus, workload: str, fmt: str, workers: int, params: BenchPa
 def clear_caches() -> None:
     """Empty this process's row-group cache and hold it to ``RG_CACHE_BYTES`` (a requested
     limit only ever raises it; worker processes start with their own, empty)."""
-    from zephon.io.formats.parquet_reader import row_group_cache
+    from zephon.io.formats.row_group_cache import row_group_cache
 
     cache = row_group_cache(RG_CACHE_BYTES)
     cache.clear()

@@ -70,7 +70,7 @@ TRAINING_KW = {"return_labels": True, "return_cu_seqlens": True, "return_num_val
 
 @pytest.mark.parametrize("impl", ["to_training", "numpy_core"])
 def test_to_training(benchmark, packed_batch, impl):
-    from zephon.block import ragged_column
+    from zephon.ragged_columns import ragged_column
     from zephon.tokens.training import to_training_arrays
 
     block = packed_batch.block

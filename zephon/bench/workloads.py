@@ -31,7 +31,7 @@ def batch_counts(batch: Any) -> tuple[int, int, int]:
     payload = block.payload
     if not block.columnar or payload.schema.get_field_index("input_ids") < 0:
         return len(batch), 0, 0
-    from zephon.block import ragged_chunks
+    from zephon.ragged_columns import ragged_chunks
 
     offsets = ragged_chunks(payload, "input_ids").offsets
     pad = block.meta.get("padding_length")

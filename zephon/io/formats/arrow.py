@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from zephon.block import take_table
 from zephon.io.errors import DataError
 from zephon.io.formats.base import (
     Capabilities,
@@ -33,6 +32,7 @@ from zephon.io.formats.base import (
 )
 from zephon.io.formats.reader_checks import check_columns, check_row_count, check_rows
 from zephon.io.storage.local_copy import whole_local_copy
+from zephon.ragged_columns import take_table
 
 __all__ = ["ARROW", "ArrowFormat", "ArrowShardReader"]
 

@@ -21,7 +21,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from zephon.block import take_table
 from zephon.io.ahead import read_ahead
 from zephon.io.errors import DataError
 from zephon.io.formats.reader_checks import check_columns, check_row_count, check_rows
@@ -29,6 +28,7 @@ from zephon.io.formats.row_group_cache import row_group_cache
 from zephon.io.storage.local_copy import Resources, cached_copy, whole_local_copy
 from zephon.io.storage.shard_ref import ShardRef
 from zephon.payload_values import mark, payload_rows
+from zephon.ragged_columns import take_table
 
 __all__ = ["ParquetShardReader", "group_starts"]
 

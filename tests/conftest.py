@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 
 import pytest
 
@@ -52,3 +53,28 @@ def shm_entries() -> set[str]:
         return {n for n in os.listdir("/dev/shm") if "zephon" in n.lower()}
     except FileNotFoundError:
         return set()
+
+
+def wait_released(prefix: str, pids, timeout: float) -> None:
+    """Wait until none of ``pids`` runs (zombies aside) and no shared-memory segment named
+    ``prefix...`` is left; AssertionError naming what is left after ``timeout`` seconds."""
+    import psutil
+
+    def running() -> list[int]:
+        out = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    out.append(pid)
+            except psutil.Error:
+                pass
+        return out
+
+    deadline = time.monotonic() + timeout
+    while True:
+        left, names = running(), {n for n in shm_entries() if n.startswith(prefix)}
+        if not left and not names:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"left behind: processes {left}, segments {sorted(names)}")
+        time.sleep(0.05)

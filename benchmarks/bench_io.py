@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from zephon.io import Dataset, build_index
-from zephon.io.formats.parquet_reader import row_group_cache
+from zephon.io.formats.row_group_cache import row_group_cache
 
 ROWS = int(os.environ.get("ZEPHON_BENCH_ROWS", "100000"))
 SHARDS = 10

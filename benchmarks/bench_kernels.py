@@ -3,7 +3,8 @@
 Kernels: index permutation (feistel_permute, epoch_pointers), quotas (QuotaSchedule, pure
 Python) and interleave (swrr_interleave, chunk_pointers), ragged gather/concat, the shuffle
 buffer, mixture enforcement, each packing algorithm, JSONL line indexing (scan_line_starts,
-gather_spans, key_presence). ``to_training`` and whole pipelines are in bench_pipeline.py.
+gather_spans, key_presence) and flat records decoded from their spans (flat_records).
+``to_training`` and whole pipelines are in bench_pipeline.py.
 
     python -m pytest benchmarks/bench_kernels.py --benchmark-only   # pytest-benchmark tables
     python benchmarks/bench_kernels.py                                # quick tokens/s summary
@@ -291,6 +292,34 @@ def test_line_span_kernels(benchmark, impl, fn):
     else:
         benchmark(mod.key_presence, buf, s, e, np.frombuffer(b"text", dtype=np.uint8))
     benchmark.extra_info["lines_per_s"] = per_s(benchmark, len(pick))
+
+
+def _flat_jsonl(n_lines: int = 8192) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Flat records of every scalar kind: ids, URLs, floats, literals, and texts of ~1 KB with
+    escapes and non-ASCII, as web corpora have them; (buffer, line starts, line ends)."""
+    rng = np.random.default_rng(8)
+    words = ["data", "loader", "caf\u00e9", "na\u00efve", "line\\nbreak", "\\\"quoted\\\"",
+             "token", "\u4e2d\u6587", "mixture"]
+    lines = []
+    for i in range(n_lines):
+        text = " ".join(words[j] for j in rng.integers(0, len(words), int(rng.integers(60, 200))))
+        lines.append(f'{{"id": {i}, "url": "https://example.com/{i}", "text": "{text}", '
+                     f'"score": {rng.random():.4f}, "ok": {"true" if i % 2 else "false"}, '
+                     f'"lang": null}}'.encode())
+    buf = b"\n".join(lines) + b"\n"
+    ends = np.cumsum([len(x) + 1 for x in lines], dtype=np.int64) - 1
+    starts = np.concatenate(([0], ends[:-1] + 1)).astype(np.int64)
+    return np.frombuffer(buf, dtype=np.uint8), starts, ends
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_lineindex_flat_records_kernel(benchmark, impl):
+    """Flat records decoded straight out of their line spans (the JSONL reader's fast path)."""
+    mod = use(impl, "lineindex_records")
+    buf, starts, ends = _flat_jsonl()
+    out = benchmark(mod.flat_records, buf, starts, ends)
+    assert out is not None and len(out[0]) == 6
+    benchmark.extra_info["MB_per_s"] = per_s(benchmark, len(buf) / 1e6)
 
 
 def compiled_or_twin(name: str):

@@ -21,7 +21,8 @@ import pytest
 
 from zephon.bench.corpus import CorpusSpec, ensure_corpus
 from zephon.bench.params import TINY
-from zephon.bench.workloads import batch_counts, build
+from zephon.bench.pipelines import build
+from zephon.bench.workloads import first_batches
 
 PARAMS = TINY  # shuffle buffer 64, chunk size 1024: a small corpus still mixes both datasets
 
@@ -39,16 +40,7 @@ def corpus(tmp_path_factory):
 
 
 def _take(corpus, workload: str, fmt: str, batches: int) -> tuple[int, int]:
-    p = build(corpus, workload, fmt, 0, PARAMS)
-    records = tokens = 0
-    try:
-        for i, b in enumerate(p):
-            r, t, _ = batch_counts(b)
-            records, tokens = records + r, tokens + t
-            if i + 1 == batches:
-                break
-    finally:
-        p.close()
+    records, tokens, _ = first_batches(build(corpus, workload, fmt, 0, PARAMS), batches)
     return records, tokens
 
 
@@ -78,7 +70,7 @@ TRAINING_KW = {"return_labels": True, "return_cu_seqlens": True, "return_num_val
 
 @pytest.mark.parametrize("impl", ["to_training", "numpy_core"])
 def test_to_training(benchmark, packed_batch, impl):
-    from zephon.block import ragged_column
+    from zephon.ragged_columns import ragged_column
     from zephon.tokens.training import to_training_arrays
 
     block = packed_batch.block

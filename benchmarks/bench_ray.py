@@ -31,7 +31,8 @@ import time
 
 from zephon.bench.corpus import CorpusSpec, ensure_corpus
 from zephon.bench.params import QUICK, with_overrides
-from zephon.bench.workloads import batch_counts, build, clear_caches
+from zephon.bench.pipelines import build, clear_caches
+from zephon.bench.workloads import batch_counts
 
 MB = 1 << 20
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 
 import pytest
 
@@ -14,21 +15,22 @@ from zephon import synthetic
 os.environ.setdefault("ZEPHON_CACHE_DIR", tempfile.mkdtemp(prefix="zephon-test-cache-"))
 
 
+def write_corpus(root, fmt: str = "jsonl"):
+    """Two datasets under ``root``: code (600 docs, 3 shards) and web (1800 docs, 5 shards)."""
+    synthetic.write_dataset(root, "code", 600, n_shards=3, fmt=fmt, seed=1, mean_words=60)
+    synthetic.write_dataset(root, "web", 1800, n_shards=5, fmt=fmt, seed=2, mean_words=60)
+    return root
+
+
 @pytest.fixture(scope="session")
 def corpus_dir(tmp_path_factory):
-    """Two JSONL datasets, code (600 docs, 3 shards) and web (1800 docs, 5 shards)."""
-    root = tmp_path_factory.mktemp("corpus")
-    synthetic.write_dataset(root, "code", 600, n_shards=3, fmt="jsonl", seed=1, mean_words=60)
-    synthetic.write_dataset(root, "web", 1800, n_shards=5, fmt="jsonl", seed=2, mean_words=60)
-    return root
+    """``write_corpus`` in JSONL."""
+    return write_corpus(tmp_path_factory.mktemp("corpus"))
 
 
 @pytest.fixture(scope="session")
 def parquet_corpus_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pq_corpus")
-    synthetic.write_dataset(root, "code", 600, n_shards=3, fmt="parquet", seed=1, mean_words=60)
-    synthetic.write_dataset(root, "web", 1800, n_shards=5, fmt="parquet", seed=2, mean_words=60)
-    return root
+    return write_corpus(tmp_path_factory.mktemp("pq_corpus"), "parquet")
 
 
 @pytest.fixture(scope="session")
@@ -52,3 +54,28 @@ def shm_entries() -> set[str]:
         return {n for n in os.listdir("/dev/shm") if "zephon" in n.lower()}
     except FileNotFoundError:
         return set()
+
+
+def wait_released(prefix: str, pids, timeout: float) -> None:
+    """Wait until none of ``pids`` runs (zombies aside) and no shared-memory segment named
+    ``prefix...`` is left; AssertionError naming what is left after ``timeout`` seconds."""
+    import psutil
+
+    def running() -> list[int]:
+        out = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    out.append(pid)
+            except psutil.Error:
+                pass
+        return out
+
+    deadline = time.monotonic() + timeout
+    while True:
+        left, names = running(), {n for n in shm_entries() if n.startswith(prefix)}
+        if not left and not names:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"left behind: processes {left}, segments {sorted(names)}")
+        time.sleep(0.05)

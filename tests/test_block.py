@@ -4,7 +4,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from zephon.block import Block, NotColumnar, list_array, ragged_chunks, ragged_column, take_table
+from zephon.block import Block, NotColumnar
+from zephon.ragged_columns import list_array, ragged_chunks, ragged_column, take_table
 from zephon.types import SampleBatch, block_from_records, records_from_block
 
 

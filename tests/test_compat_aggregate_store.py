@@ -5,24 +5,18 @@ from __future__ import annotations
 
 import datetime
 import json
-import socket
 
 import pytest
 
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
+from io_helpers import free_port  # noqa: E402
 from tests_support import store_worker  # noqa: E402
 
 from zephon import Pipeline  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _results(out, world: int) -> list[dict]:
@@ -38,7 +32,7 @@ def _check_merged(results: list[dict]) -> dict:
 
 
 def test_checkpoints_go_through_the_store_of_a_gloo_group(tmp_path):
-    mp.start_processes(store_worker.with_group, args=(2, _port(), str(tmp_path)), nprocs=2,
+    mp.start_processes(store_worker.with_group, args=(2, free_port(), str(tmp_path)), nprocs=2,
                        start_method="spawn")
     results = _results(tmp_path, 2)
     state = _check_merged(results)
@@ -86,7 +80,7 @@ def test_store_and_dir_are_exclusive_and_strings_only(tmp_path):
 
 
 def test_an_unreachable_store_is_reported_when_the_run_starts():
-    p: Pipeline = store_worker.build(f"torch://127.0.0.1:{_port()}", world_size=2, global_rank=0,
+    p: Pipeline = store_worker.build(f"torch://127.0.0.1:{free_port()}", world_size=2, global_rank=0,
                                      aggregate_timeout_s=1)
     with pytest.raises(RuntimeError, match="cannot reach the torch store"):
         next(iter(p))

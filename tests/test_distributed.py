@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 
 torch = pytest.importorskip("torch")
 import torch.multiprocessing as mp  # noqa: E402
+from io_helpers import free_port  # noqa: E402
 from tests_support import dist_worker  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _phase(tmp_path, name, world, corpus, tok, state, steps):
@@ -28,7 +22,7 @@ def _phase(tmp_path, name, world, corpus, tok, state, steps):
         state_file = str(tmp_path / f"{name}-in.json")
         with open(state_file, "w") as f:
             json.dump(state, f)
-    mp.start_processes(dist_worker.run, args=(world, _port(), str(corpus), tok, state_file, steps,
+    mp.start_processes(dist_worker.run, args=(world, free_port(), str(corpus), tok, state_file, steps,
                                               str(out)), nprocs=world, start_method="spawn")
     parts = [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
     states = [p["state"] for p in parts]

@@ -74,8 +74,9 @@ def problems_of(path: str, obj) -> list[str]:
         if own_init:
             out += [f"{path}: argument {n!r} not in Args" for n in
                     undocumented_params(obj, obj.parameters)]
-        for name, member in obj.members.items():
-            if name.startswith("_") or member.is_alias or member.is_attribute:
+        for name, member in obj.all_members.items():  # inherited ones are documented too
+            if name.startswith("_") or member.is_attribute or (
+                    member.is_alias and not member.inherited):
                 continue
             out += problems_of(f"{path}.{name}", member)
     return out

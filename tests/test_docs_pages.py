@@ -14,9 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import shm_entries
-
-from zephon import synthetic
+from conftest import shm_entries, write_corpus
 
 pytestmark = pytest.mark.slow
 
@@ -65,10 +63,7 @@ def script_of(page: str, corpus: Path, tokenizer: str) -> str:
 @pytest.fixture(scope="module")
 def docs_corpus(tmp_path_factory):
     """The pages' own corpus (a page writes index.json into it, so it is not shared)."""
-    root = tmp_path_factory.mktemp("docs_corpus")
-    synthetic.write_dataset(root, "code", 600, n_shards=3, fmt="jsonl", seed=1, mean_words=60)
-    synthetic.write_dataset(root, "web", 1800, n_shards=5, fmt="jsonl", seed=2, mean_words=60)
-    return root
+    return write_corpus(tmp_path_factory.mktemp("docs_corpus"))
 
 
 @pytest.fixture(scope="module")

@@ -25,9 +25,8 @@ from dataclasses import dataclass, field
 
 import engine_fakes as F
 import numpy as np
-import psutil
 import pytest
-from conftest import shm_entries
+from conftest import wait_released
 
 from zephon import Pipeline, synthetic
 from zephon.io import Dataset
@@ -156,28 +155,6 @@ def plans(total: int) -> list[tuple[int, list[tuple[int, str]]]]:
     return out
 
 
-def _running(pids) -> list[int]:
-    out = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                out.append(pid)
-        except psutil.Error:
-            pass
-    return out
-
-
-def _assert_nothing_left(prefix: str, pids, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        left, names = _running(pids), {n for n in shm_entries() if n.startswith(prefix)}
-        if not left and not names:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"left behind: processes {left}, segments {sorted(names)}")
-        time.sleep(0.05)
-
-
 def play(run: Run, plan: list[tuple[int, str]], applied: set[str]
          ) -> tuple[list, ZephonError | None]:
     """Iterate ``run``, disturbing it as ``plan`` says (``applied``: those that found their
@@ -232,6 +209,6 @@ def test_random_sigkills_never_change_the_stream(corpus, tmp_path, monkeypatch):
         else:
             assert not all(DISTURBANCES[k].recovers for k in here), (plan, error)
             assert "coordinator process ended unexpectedly" in str(error)
-        _assert_nothing_left(prefix, run.seen)
+        wait_released(prefix, run.seen, timeout=15.0)
     assert not os.listdir(tmp)
     assert applied == set(DISTURBANCES)  # each found its target at least once

@@ -18,31 +18,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import shm_entries
+from conftest import wait_released
 
 TESTS = Path(__file__).resolve().parent
-
-
-def _running(pids) -> list[int]:
-    out = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                out.append(pid)
-        except psutil.Error:
-            pass
-    return out
-
-
-def _wait_clean(prefix: str, pids, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        left, names = _running(pids), {n for n in shm_entries() if n.startswith(prefix)}
-        if not left and not names:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"left behind: processes {left}, segments {sorted(names)}")
-        time.sleep(0.05)
 
 
 class Scenario:
@@ -78,7 +56,7 @@ def test_clean_while_the_training_process_lives(kind):
     assert lines[-1] == "finished"
     if kind == "exception":
         assert lines[0] == "raised UserFunctionError"
-    _wait_clean(s.prefix, s.pids, timeout=5.0)
+    wait_released(s.prefix, s.pids, timeout=5.0)
     s.finish()
 
 
@@ -91,7 +69,7 @@ def test_ctrl_c_ends_everything_promptly():
     code = s.proc.wait(10)
     assert time.monotonic() - t0 < 5
     assert code != 0 and "KeyboardInterrupt" in s.proc.stderr.read()
-    _wait_clean(s.prefix, family + s.pids)
+    wait_released(s.prefix, family + s.pids, timeout=10.0)
 
 
 def test_killed_training_process_takes_everything_down():
@@ -100,4 +78,4 @@ def test_killed_training_process_takes_everything_down():
     family = [c.pid for c in psutil.Process(s.proc.pid).children(recursive=True)]
     s.proc.send_signal(signal.SIGKILL)
     assert s.proc.wait(10) == -signal.SIGKILL
-    _wait_clean(s.prefix, family + s.pids)
+    wait_released(s.prefix, family + s.pids, timeout=10.0)

@@ -263,7 +263,7 @@ def test_a_worker_decodes_the_row_groups_it_is_told_it_owns(mixture_dir, monkeyp
 
     from zephon.engine.worker import _serve
     from zephon.io.ahead import read_ahead
-    from zephon.io.formats.parquet_reader import row_group_cache
+    from zephon.io.formats.row_group_cache import row_group_cache
 
     row_group_cache().clear()
     monkeypatch.setattr(read_ahead, "enabled", False)

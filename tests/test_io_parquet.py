@@ -9,7 +9,7 @@ import pytest
 from io_helpers import records, write_parquet
 
 from zephon.io import DataError, Dataset, ShardMissingError
-from zephon.io.formats.parquet_reader import row_group_cache
+from zephon.io.formats.row_group_cache import row_group_cache
 
 
 @pytest.fixture(autouse=True)
@@ -102,7 +102,7 @@ def test_a_row_group_read_to_the_end_leaves_the_cache(tmp_path, shards, monkeypa
 
 
 def test_row_group_cache_is_lru_by_bytes():
-    from zephon.io.formats.parquet_reader import RowGroupCache
+    from zephon.io.formats.row_group_cache import RowGroupCache
 
     tables = {k: pa.table({"v": list(range(100))}) for k in "abc"}
     size = tables["a"].nbytes

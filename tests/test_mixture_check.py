@@ -30,7 +30,11 @@ def _source(weights=None, short=120, long=120) -> StaticMixtureWorkSource:
                                    seed=2)
 
 
-def _mixture_warnings(record) -> list[str]:
+def _mixture_warnings(p: Pipeline) -> list[str]:
+    """Run ``p`` to its end; the realised-mixture warnings it gave."""
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        list(p)
     return [str(w.message) for w in record if "realised mixture" in str(w.message)]
 
 
@@ -43,10 +47,7 @@ def test_drops_that_skew_the_mixture_are_named_with_their_cause():
          .pack_flat(max_length=32, algorithm="best_fit", num_bins=2, pad_token_id=0,
                     oversized="drop")
          .batch(microbatch_size=2))
-    with warnings.catch_warnings(record=True) as record:
-        warnings.simplefilter("always")
-        list(p)
-    said = _mixture_warnings(record)
+    said = _mixture_warnings(p)
     assert len(said) == 1, said                       # once per run
     assert "'long' made 0.000" in said[0] and "target of 0.500" in said[0]
     assert "pack_flat counted" in said[0] and "'oversized'" in said[0]
@@ -56,10 +57,7 @@ def test_no_warning_when_every_document_is_delivered():
     p = (_packed(_source(), mixture_window=40)
          .pack_flat(max_length=32, algorithm="best_fit", num_bins=2, pad_token_id=0)
          .batch(microbatch_size=2))
-    with warnings.catch_warnings(record=True) as record:
-        warnings.simplefilter("always")
-        list(p)
-    assert _mixture_warnings(record) == []
+    assert _mixture_warnings(p) == []
     snap = p.metrics_snapshot()["datasets"]
     assert snap["short"]["records"] == snap["long"]["records"] == 120
 
@@ -75,10 +73,7 @@ def test_a_zero_tolerance_turns_the_check_off(how, monkeypatch):
          .pack_flat(max_length=32, algorithm="best_fit", num_bins=2, pad_token_id=0,
                     oversized="drop")
          .batch(microbatch_size=2))
-    with warnings.catch_warnings(record=True) as record:
-        warnings.simplefilter("always")
-        list(p)
-    assert _mixture_warnings(record) == []
+    assert _mixture_warnings(p) == []
 
 
 @pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
@@ -89,10 +84,7 @@ def test_ensure_mixture_warn_tolerance_names_the_dataset(workers):
          .ensure_mixture(max_buffer_size=8, mixture={"short": 0.9, "long": 0.1},
                          warn_tolerance=0.1)
          .batch(microbatch_size=4))
-    with warnings.catch_warnings(record=True) as record:
-        warnings.simplefilter("always")
-        list(p)
-    said = _mixture_warnings(record)
+    said = _mixture_warnings(p)
     assert len(said) == 1, said
     assert "tokens against a target of" in said[0] and "tolerance 0.1" in said[0]
     assert "ensure_mixture's buffer (max_buffer_size=8)" in said[0]

@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 
 from zephon import Pipeline, synthetic
-from zephon.block import Block, ragged_column
+from zephon.block import Block
 from zephon.engine import priming, token_sampling
 from zephon.engine.lane import apply_ops
 from zephon.io import Dataset
 from zephon.ops.fetch import FetchOp
 from zephon.ops.tokenize import TokenizeOp
+from zephon.ragged_columns import ragged_column
 from zephon.work import StaticMixtureWorkSource, TokenEstimation
 from zephon.work import calibration as cal
 

@@ -6,25 +6,13 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from kernel_twins import examples, twin_fixture
 
-from zephon._ext import compiled
 from zephon.tokens import Packer, build_aligned, build_rows
 
-
-@pytest.fixture(params=["cython", "numpy"])
-def impl(request, monkeypatch):
-    if request.param == "cython" and compiled("packing") is None:
-        pytest.skip("packing extension not built")
-    monkeypatch.setenv("ZEPHON_DISABLE_EXT", "1" if request.param == "numpy" else "0")
-    return request.param
-
-
-def examples(n: int):
-    # the impl fixture only sets an environment variable, so sharing it across examples is safe
-    return settings(max_examples=n, deadline=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+impl = twin_fixture("packing")
 
 
 def make_packer(algorithm: str, L: int, **kw) -> Packer:

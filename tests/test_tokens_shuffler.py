@@ -6,26 +6,16 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from kernel_twins import examples, twin_fixture
 
-from zephon._ext import compiled
 from zephon.tokens import StreamShuffler, record_keys
 
 MODES = ["streaming", "block", "block_warmup"]
 
 
-@pytest.fixture(params=["cython", "numpy"])
-def impl(request, monkeypatch):
-    if request.param == "cython" and compiled("shuffle") is None:
-        pytest.skip("shuffle extension not built")
-    monkeypatch.setenv("ZEPHON_DISABLE_EXT", "1" if request.param == "numpy" else "0")
-    return request.param
-
-
-def examples(n: int):
-    return settings(max_examples=n, deadline=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+impl = twin_fixture("shuffle")
 
 
 def keys_for(n: int, seed: int = 0) -> np.ndarray:

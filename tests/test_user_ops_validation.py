@@ -169,7 +169,7 @@ def test_modes_warn_and_off():
 
 
 def test_validation_runs_once_until_the_graph_changes(monkeypatch):
-    import zephon.validation as validation
+    import zephon.validation.harness as validation  # auto_validate calls it there
 
     runs = Counter()
     real = validation.validate_pipeline

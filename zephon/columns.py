@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from zephon.block import META_FIELDS, Block, ragged_column
+from zephon.block import META_FIELDS, Block
+from zephon.ragged_columns import ragged_column
 
 
 class RaggedColumn:

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from zephon.block import TOKEN_FIELDS, Block, ragged_column
+from zephon.block import TOKEN_FIELDS, Block
+from zephon.ragged_columns import ragged_column
 from zephon.tokens.training import finalize, to_training_arrays
 
 
@@ -124,7 +125,7 @@ def _from_objects(block: Block, **kw: Any) -> dict[str, Any]:
         lengths = np.array([len(r) for r in rows], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths)])
         values = np.concatenate(rows) if rows else np.empty(0, np.int64)
-        from zephon.block import list_array
+        from zephon.ragged_columns import list_array
 
         table = pa.table({"input_ids": list_array(offsets, values)})
         return batch_to_training(Block(block.meta, table, block.lineage), **kw)

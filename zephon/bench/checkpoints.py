@@ -23,7 +23,7 @@ import numpy as np
 
 from zephon.bench.corpus import Corpus
 from zephon.bench.params import BenchParams
-from zephon.bench.workloads import build, clear_caches
+from zephon.bench.pipelines import build, clear_caches
 
 
 def _ids(batch: Any) -> np.ndarray:

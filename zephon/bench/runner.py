@@ -113,9 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(msg, flush=True)
 
-    from zephon.io.formats.parquet_reader import row_group_cache
+    from zephon.io.formats.row_group_cache import row_group_cache
 
-    # the runs hold the process's row-group cache small (workloads.RG_CACHE_BYTES); give an
+    # the runs hold the process's row-group cache small (pipelines.RG_CACHE_BYTES); give an
     # in-process caller (the tests) its cache back as it was
     saved_limit = row_group_cache().limit_bytes
     try:

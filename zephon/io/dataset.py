@@ -1,55 +1,38 @@
 """``Dataset``: a picklable descriptor of sharded records and the reads behind it.
 
-The descriptor holds the catalog (shard ids, row counts, sizes) found once at construction.
-Everything that touches files is per process and lazy: the first read of a shard in a process
-opens it (downloading into the node cache and line-indexing if needed) and keeps the reader in a
-small LRU; pickling drops all of that, so a worker process starts clean.
+The descriptor holds the catalog (shard ids, row counts, sizes) found once at construction; its
+accessors are ``DatasetShards``'s (dataset_shards.py). Everything that touches files is per
+process and lazy: the first read of a shard in a process opens it (downloading into the node
+cache and line-indexing if needed) and keeps the reader in a small LRU (shard_readers.py);
+pickling drops all of that, so a worker process starts clean.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from zephon.io import fetch_timing
 from zephon.io.ahead import download_ahead, read_ahead
 from zephon.io.catalog.confine import check_local_link
 from zephon.io.catalog.discovery import Catalog, discover
-from zephon.io.catalog.index_file import read_index
-from zephon.io.formats import registry
+from zephon.io.dataset_shards import DatasetShards
 from zephon.io.formats.bad_records import BAD_RECORD_POLICIES
-from zephon.io.formats.base import ShardFormat, ShardReader
-from zephon.io.formats.memory import MEMORY, InMemoryShard, MemoryShardRef, memory_shards
+from zephon.io.formats.base import ShardReader
+from zephon.io.formats.memory import MEMORY, InMemoryShard, memory_shards
 from zephon.io.options import StoreOptions, resolve_store
-from zephon.io.storage.local_copy import Resources, ShardRef
+from zephon.io.shard_readers import ShardReaders
+from zephon.io.storage.local_copy import Resources
 from zephon.io.storage.location import Location
 
 __all__ = ["Dataset"]
 
-MAX_OPEN_SHARDS = 64
 
-
-class _Runtime:
-    """Per-process state of a dataset: resources and open shard readers."""
-
-    def __init__(self, store_options: StoreOptions | None) -> None:
-        self.pid = os.getpid()
-        self.res = Resources(resolve_store(store_options))
-        self.readers: OrderedDict[int, ShardReader] = OrderedDict()
-        self.lock = threading.Lock()
-        self.opening: dict[int, threading.Lock] = {}
-        self.last_opened: int | None = None  # catalog position of the shard opened last
-        self.row_groups: dict[int, np.ndarray | None] = {}  # shard -> row_group_starts()
-        self.opened: set[int] = set()  # shards opened before (a second open is a reopen)
-
-
-class Dataset:
+class Dataset(DatasetShards):
     """Named records split into shards of any registered format (``zephon/io/formats/``; one
     root may mix formats, each shard read by its own) or in memory.
 
@@ -71,40 +54,20 @@ class Dataset:
             ``metrics_snapshot()["losses"]``.
     """
 
+    # -- construction -------------------------------------------------------------------------
+
     def __init__(self, name: str, fmt: str, *, location: Location | None = None,
                  catalog: Catalog | None = None, memory: dict[int, InMemoryShard] | None = None,
                  store_options: StoreOptions | None = None,
                  on_bad_record: str = "raise") -> None:
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"dataset name must be a non-empty string, got {name!r}")
+        super().__init__(name, fmt, location, catalog, memory)
         if on_bad_record not in BAD_RECORD_POLICIES:
             raise ValueError(f"dataset {name!r}: on_bad_record must be one of "
                              f"{BAD_RECORD_POLICIES}, got {on_bad_record!r}")
         self._on_bad_record = on_bad_record
-        self._name = name
-        self._fmt = fmt
-        self._location = location
-        self._catalog = catalog
-        self._memory = memory
         self._store_options = store_options
-        self._runtime: _Runtime | None = None
+        self._runtime: ShardReaders | None = None
         self._runtime_lock = threading.Lock()
-        if memory is not None:
-            ids = sorted(memory)
-            self._ids = _frozen(ids)
-            self._counts = _frozen([len(memory[i]) for i in ids])
-            used = [MEMORY.name]
-        else:
-            assert catalog is not None
-            self._ids, self._counts = catalog.ids, catalog.counts
-            used = sorted(set(catalog.formats))
-        # the format objects travel with the dataset: a format registered in this process only
-        # (not by an entry point) is still known in worker processes
-        self._formats: dict[str, ShardFormat] = {
-            f: MEMORY if f == MEMORY.name else registry.get(f) for f in used}
-        self._pos = {int(s): i for i, s in enumerate(self._ids.tolist())}
-
-    # -- construction -------------------------------------------------------------------------
 
     @classmethod
     def from_path(cls, name: str, path: str | os.PathLike, *, fmt: str | None = None,
@@ -139,7 +102,7 @@ class Dataset:
             DataError: A shard name that resolves outside the root.
         """
         location = Location(os.fspath(path), dict(storage_options or {}))
-        runtime = _Runtime(None)
+        runtime = ShardReaders(Resources(resolve_store(None)))
         catalog = discover(name, location, fmt, runtime.res, split=split)
         out = cls(name, catalog.fmt, location=location, catalog=catalog,
                   on_bad_record=on_bad_record)
@@ -192,202 +155,29 @@ class Dataset:
         self.__dict__.update(state)
         self._runtime_lock = threading.Lock()
 
-    # -- catalog accessors --------------------------------------------------------------------
-
-    @property
-    def name(self) -> str:
-        """The dataset's name."""
-        return self._name
-
-    @property
-    def fmt(self) -> str:
-        """The shards' format: a registered format's name (``"jsonl"``, ``"parquet"``...),
-        ``"mixed"`` when shards differ, or ``"memory"``."""
-        return self._fmt
-
     @property
     def on_bad_record(self) -> str:
-        """The policy for undecodable records: ``"raise"`` or ``"skip"``."""
+        """``"raise"`` or ``"skip"``: what a read does with an undecodable record."""
         return self._on_bad_record
-
-    def shard_format(self, shard_id: int) -> str:
-        """The name of the format one shard is read in (``"jsonl"``, ``"parquet"``, ...,
-        ``"memory"``); in a ``"mixed"`` dataset each shard has its own.
-
-        Args:
-            shard_id: The shard's id (one of ``ids()``); another raises ``KeyError``.
-
-        Returns:
-            The format's registered name.
-        """
-        i = self._index(shard_id)
-        return MEMORY.name if self._catalog is None else self._catalog.formats[i]
-
-    def format_of(self, shard_id: int) -> ShardFormat:
-        """The format object that reads the shard (``zephon/io/formats/base.py``).
-
-        Args:
-            shard_id: The shard's id (one of ``ids()``); another raises ``KeyError``.
-
-        Returns:
-            The ``ShardFormat`` registered under ``shard_format(shard_id)``.
-        """
-        return self._formats[self.shard_format(shard_id)]
-
-    def formats(self) -> dict[str, int]:
-        """Shards per format, e.g. ``{"jsonl": 1, "parquet": 1}``."""
-        if self._catalog is None:
-            return {MEMORY.name: self.shard_count()}
-        return self._catalog.format_counts()
-
-    @property
-    def url(self) -> str | None:
-        """The root URL or path; None for in-memory datasets."""
-        return None if self._location is None else self._location.url
-
-    def shard_count(self) -> int:
-        """Number of shards (with records)."""
-        return len(self._ids)
-
-    def total(self) -> int:
-        """Number of records in all shards (also ``len(dataset)``)."""
-        return int(self._counts.sum())
-
-    def __len__(self) -> int:
-        return self.total()
-
-    def ids(self) -> np.ndarray:
-        """Shard ids, sorted (int64, read-only)."""
-        return self._ids
-
-    def counts(self) -> np.ndarray:
-        """Row counts aligned with ``ids()``."""
-        return self._counts
-
-    def max_count(self) -> int:
-        """Rows of the largest shard."""
-        return int(self._counts.max())
-
-    def raw_bytes(self) -> np.ndarray | None:
-        """Per-shard byte sizes aligned with ``ids()`` (decoded sizes for compressed JSONL);
-        None for in-memory datasets."""
-        return None if self._catalog is None else self._catalog.raw_bytes
-
-    def identity(self) -> dict[str, Any]:
-        """What the records are, for caches keyed by content (token estimates): format,
-        location, and per shard its name, rows, bytes and version. An index's own digest is
-        left out, so that adding figures to index.json does not change the dataset's identity."""
-        cat = self._catalog
-        if cat is None:
-            return {"memory": self._name, "rows": self._counts.tolist()}
-        versions = ["index" if str(v).startswith("index:") else v for v in cat.versions]
-        return {"fmt": self._fmt, "url": self.url, "names": list(cat.names),
-                "rows": cat.counts.tolist(), "bytes": cat.sizes.tolist(), "versions": versions}
-
-    def token_estimates(self) -> dict[str, Any]:
-        """Token figures that ``build-index --tokenizer`` stored in index.json, by key (see
-        ``zephon/engine/priming.py``); empty for a dataset without an index."""
-        if self._location is None or self._catalog is None or not self._catalog.from_index:
-            return {}
-        doc = read_index(self._location, self._name)
-        found = doc.get("token_estimates") if isinstance(doc, dict) else None
-        return found if isinstance(found, dict) else {}
-
-    def count(self, shard_id: int) -> int:
-        """Rows of one shard.
-
-        Args:
-            shard_id: The shard's id.
-
-        Returns:
-            Its row count.
-        """
-        return int(self._counts[self._index(shard_id)])
-
-    def shard_name(self, shard_id: int) -> str:
-        """The shard's file path or URL (for messages), or ``memory:<id>``.
-
-        Args:
-            shard_id: The shard's id (one of ``ids()``); another raises ``KeyError``.
-
-        Returns:
-            The name to show.
-        """
-        return self._source(shard_id).display
-
-    def __repr__(self) -> str:
-        where = f", url={self.url!r}" if self.url else ""
-        return (f"Dataset(name={self._name!r}, fmt={self._fmt!r}{where}, "
-                f"shards={self.shard_count()}, rows={self.total()})")
-
-    def _index(self, shard_id: int) -> int:
-        try:
-            return self._pos[int(shard_id)]
-        except (KeyError, TypeError, ValueError):
-            raise KeyError(f"dataset {self._name!r} has no shard {shard_id!r} "
-                           f"(ids {self._ids[:5].tolist()}...)") from None
-
-    def _source(self, shard_id: int) -> ShardRef | MemoryShardRef:
-        """What the shard's format opens: a file reference, or the in-memory shard."""
-        if self._memory is not None:
-            self._index(shard_id)
-            return MemoryShardRef(self._name, int(shard_id), self._memory[int(shard_id)])
-        return self._ref(shard_id)
-
-    def _ref(self, shard_id: int) -> ShardRef:
-        i = self._index(shard_id)
-        cat = self._catalog
-        assert cat is not None and self._location is not None
-        return ShardRef(self._name, self._location, cat.names[i], int(cat.sizes[i]),
-                        cat.versions[i], int(cat.counts[i]))
 
     # -- per-process readers ------------------------------------------------------------------
 
-    def _rt(self) -> _Runtime:
+    def _rt(self) -> ShardReaders:
         rt = self._runtime
         if rt is None or rt.pid != os.getpid():
             with self._runtime_lock:
                 rt = self._runtime
                 if rt is None or rt.pid != os.getpid():  # first use, or a forked child
-                    rt = self._runtime = _Runtime(self._store_options)
+                    rt = self._runtime = ShardReaders(Resources(resolve_store(
+                        self._store_options)))
         return rt
 
     def _reader(self, shard_id: int) -> Any:  # a ShardReader, with its format's capabilities
         rt = self._rt()
-        sid = int(shard_id)
-        with rt.lock:
-            reader = rt.readers.get(sid)
-            if reader is not None:
-                rt.readers.move_to_end(sid)
-                fetch_timing.note("cache_hits")
-                return reader
-            opening = rt.opening.setdefault(sid, threading.Lock())
-        with opening:  # one thread opens a shard; other shards open in parallel
-            with rt.lock:
-                reader = rt.readers.get(sid)
-            if reader is not None:
-                fetch_timing.note("cache_hits")  # another thread opened it meanwhile
-            else:
-                t0 = fetch_timing.timed_ns()
-                reader = self._open(sid, rt.res)
-                fetch_timing.note("open_ns", fetch_timing.timed_ns() - t0)
-                fetch_timing.note("cache_misses")
-                with rt.lock:
-                    if sid in rt.opened:
-                        fetch_timing.note("shard_reopens")
-                    rt.opened.add(sid)
-                    rt.readers[sid] = reader
-                    evicted = [rt.readers.popitem(last=False)[1]
-                               for _ in range(len(rt.readers) - MAX_OPEN_SHARDS)]
-                t0 = fetch_timing.timed_ns()
-                for old in evicted:
-                    old.close()
-                if evicted:
-                    fetch_timing.note("close_ns", fetch_timing.timed_ns() - t0)
-                self._after_open(rt, sid)
-        return reader
+        return rt.get(int(shard_id), lambda sid: self._open(sid, rt.res),
+                      lambda sid: self._after_open(rt, sid))
 
-    def _after_open(self, rt: _Runtime, sid: int) -> None:
+    def _after_open(self, rt: ShardReaders, sid: int) -> None:
         """Two shards opened one after the other in catalog order: download the next
         ``download_ahead.SHARDS`` while this one is read (ahead/download_ahead.py). One open alone
         is no pattern: a look at the first shard (the inspector) must not fetch the next."""
@@ -404,7 +194,7 @@ class Dataset:
             return False
         return self.format_of(sid).downloads_whole(self._ref(sid), res)
 
-    def _download_ahead(self, rt: _Runtime, sid: int) -> None:
+    def _download_ahead(self, rt: ShardReaders, sid: int) -> None:
         if sid in rt.readers or not self._downloads_whole(rt.res, sid):
             return
         download_ahead.submit((id(rt), sid), lambda: self._warm_if_room(rt.res, sid))
@@ -422,6 +212,8 @@ class Dataset:
             # a link swapped since discovery must not lead out either
             check_local_link(source.location, source.name, dataset=self._name)
         return self.format_of(shard_id).open(source, res)
+
+    # -- reads --------------------------------------------------------------------------------
 
     def read_table(self, shard_id: int, rows: np.ndarray | Sequence[int], *,
                    columns: Sequence[str] | None = None) -> pa.Table:
@@ -567,16 +359,5 @@ class Dataset:
     def close(self) -> None:
         """Close this process's open shard readers (they reopen on the next read)."""
         rt = self._runtime
-        if rt is None or rt.pid != os.getpid():
-            return
-        with rt.lock:
-            readers = list(rt.readers.values())
-            rt.readers.clear()
-        for r in readers:
-            r.close()
-
-
-def _frozen(values: list[int]) -> np.ndarray:
-    a = np.asarray(values, dtype=np.int64)
-    a.setflags(write=False)
-    return a
+        if rt is not None and rt.pid == os.getpid():
+            rt.close()

@@ -15,7 +15,6 @@ instead of being refused; lanes never generate each other's chunks.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any, Union
@@ -28,6 +27,7 @@ from zephon.work.base import WorkChunk, WorkSource
 from zephon.work.hashing import TAG_CHUNK_SEED, derive_key
 from zephon.work.lanes import LaneRouter
 from zephon.work.mixture import MixtureSpec
+from zephon.work.mixture_state import mixture_state, read_mixture_state
 from zephon.work.order import DatasetOrder
 from zephon.work.plan import CurriculumPlan
 from zephon.work.quotas import QuotaSchedule
@@ -45,9 +45,6 @@ class _Unset:
 
 
 _UNSET: Any = _Unset()
-_TERMINATION_ARGS = ("exhausted_policy", "max_repeats", "stop_after_passes", "reshuffle_on_repeat")
-_STATE_KIND = "zephon.static_mixture"
-_STATE_VERSION = 1
 
 
 class StaticMixtureWorkSource(WorkSource):
@@ -347,18 +344,9 @@ class StaticMixtureWorkSource(WorkSource):
     def state_dict(self) -> dict[str, Any]:
         """This lane's position (the next chunk id) and the configuration it belongs to."""
         state = super().state_dict()
-        state.update(self._knobs.to_state(self._names))
-        state.update({
-            "kind": _STATE_KIND,
-            "version": _STATE_VERSION,
-            "names": list(self._names),
-            "weights": self._mixture.weights,
-            "weights_exact": {n: str(w) for n, w in self._mixture.exact.items()},
-            "allocation": "tokens" if self._token_estimation else "samples",
-            "token_ratios": self.token_ratios,
-            "dataset_totals": {n: int(c.sum()) for n, (_, c) in zip(self._names, self._shards)},
-            "next_chunk_id": self._next_chunk_id,
-        })
+        state.update(mixture_state(self._names, self._knobs, self._mixture,
+                                   self._token_estimation is not None, self.token_ratios,
+                                   self._dataset_totals(), self._next_chunk_id))
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -368,40 +356,17 @@ class StaticMixtureWorkSource(WorkSource):
             state: A dict from ``state_dict``.
         """
         super().load_state_dict(state)
-        if state.get("kind") != _STATE_KIND or state.get("version") != _STATE_VERSION:
-            raise RuntimeError(f"not a StaticMixtureWorkSource checkpoint (kind "
-                               f"{state.get('kind')!r}, version {state.get('version')!r})")
-        names = list(state.get("names") or [])
-        if names != list(self._names):
-            raise RuntimeError(_name_diff(names, list(self._names)))
-        allocation = "tokens" if self._token_estimation else "samples"
-        if state.get("allocation") != allocation:
-            raise RuntimeError(f"checkpoint allocates {state.get('allocation')}, this source "
-                               f"allocates {allocation} (token_estimation differs)")
-        knobs = cfg.Knobs.from_state(state, self._names)
-        mine = self._knobs.to_state(self._names)
-        clash = [f"{a}: checkpoint {state[a]!r}, passed {mine[a]!r}" for a in _TERMINATION_ARGS
-                 if a in self._explicit and state[a] != mine[a]]
-        if clash:
-            raise RuntimeError("explicit termination arguments contradict the checkpoint: "
-                               + "; ".join(clash))
-        totals = {n: int(c.sum()) for n, (_, c) in zip(self._names, self._shards)}
-        changed = [n for n in self._names if (state.get("dataset_totals") or {}).get(n) != totals[n]]
-        if changed:
-            warnings.warn(f"dataset(s) {changed} changed size since the checkpoint: the remaining "
-                          "stream will differ from the uninterrupted one", UserWarning, stacklevel=2)
-        try:
-            mixture = MixtureSpec({n: Fraction(state["weights_exact"][n]) for n in self._names})
-            ratios = state.get("token_ratios")
-            ratios = None if ratios is None else {n: check_ratio(ratios[n], f"tokens per byte of {n!r}") for n in self._names}
-            next_id = cfg.check_int("next_chunk_id", state["next_chunk_id"], 0)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise RuntimeError(f"malformed work-source checkpoint: {exc!r}") from exc
-        self._knobs, self._mixture, self._next_chunk_id = knobs, mixture, next_id
+        read = read_mixture_state(state, self._names, self._knobs, self._explicit,
+                                  self._token_estimation is not None, self._dataset_totals())
+        self._knobs, self._mixture = read.knobs, read.mixture
+        self._next_chunk_id = read.next_chunk_id
         if self._token_estimation is not None:
-            self._token_ratios = ratios
+            self._token_ratios = read.token_ratios
         self._plan = None
         self._routers = {}
+
+    def _dataset_totals(self) -> dict[str, int]:
+        return {n: int(c.sum()) for n, (_, c) in zip(self._names, self._shards)}
 
     def __repr__(self) -> str:
         lane = f", lane={self._lane_id}/{self._canonical_replicas}" if self._is_clone else ""
@@ -420,11 +385,3 @@ def _shard_table(ds: Any) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"dataset {ds.name!r} is empty: a mixture component needs samples")
     return ids, counts
 
-
-def _name_diff(ckpt: list[str], mine: list[str]) -> str:
-    missing = [n for n in ckpt if n not in mine]
-    extra = [n for n in mine if n not in ckpt]
-    if missing or extra:
-        return (f"checkpoint datasets {ckpt} differ from this source's {mine}: missing "
-                f"{missing}, extra {extra}")
-    return f"dataset order differs: checkpoint {ckpt}, this source {mine}"

@@ -39,8 +39,9 @@ from zephon.io.formats.classify import (
     format_of,
     supported,
 )
-from zephon.io.storage.local_copy import Resources, ShardRef
+from zephon.io.storage.local_copy import Resources
 from zephon.io.storage.location import Location, ObjectInfo, version_of
+from zephon.io.storage.shard_ref import ShardRef
 
 __all__ = ["Catalog", "discover", "root_files"]
 

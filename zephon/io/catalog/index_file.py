@@ -31,8 +31,9 @@ from zephon.io.formats import registry
 from zephon.io.formats.base import ShardStats
 from zephon.io.formats.classify import MIXED, classify
 from zephon.io.options import resolve_store
-from zephon.io.storage.local_copy import Resources, ShardRef
+from zephon.io.storage.local_copy import Resources
 from zephon.io.storage.location import Location
+from zephon.io.storage.shard_ref import ShardRef
 
 __all__ = ["INDEX_NAME", "IndexEntry", "build_index", "main", "read_index", "index_entries"]
 

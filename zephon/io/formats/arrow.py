@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from zephon.block import take_table
 from zephon.io.errors import DataError
 from zephon.io.formats.base import (
     Capabilities,
@@ -31,7 +30,9 @@ from zephon.io.formats.base import (
     ShardRef,
     ShardStats,
 )
+from zephon.io.formats.reader_checks import check_columns, check_row_count, check_rows
 from zephon.io.storage.local_copy import whole_local_copy
+from zephon.ragged_columns import take_table
 
 __all__ = ["ARROW", "ArrowFormat", "ArrowShardReader"]
 
@@ -84,23 +85,14 @@ class ArrowShardReader:
         batches, schema = _batches(whole_local_copy(ref, res), ref)
         self._table = pa.Table.from_batches(batches, schema=schema)
         self.rows = self._table.num_rows
-        if ref.rows is not None and self.rows != ref.rows:
-            raise DataError(f"shard holds {self.rows} rows but {ref.rows} were counted at "
-                            "discovery: it changed since (rebuild index.json or recreate the "
-                            "Dataset)", dataset=ref.dataset, shard=ref.display)
+        check_row_count(ref, self.rows)
 
     def read_table(self, rows: np.ndarray, columns: list[str] | None = None) -> pa.Table:
         rows = np.asarray(rows, dtype=np.int64).ravel()
-        if len(rows) and (rows.min() < 0 or rows.max() >= self.rows):
-            bad = int(rows[(rows < 0) | (rows >= self.rows)][0])
-            raise IndexError(f"dataset {self.ref.dataset!r}, shard {self.ref.display}: row index "
-                             f"{bad} out of range for a shard of {self.rows} rows")
+        check_rows(rows, self.rows, self.ref.label)
         table = self._table
         if columns is not None:
-            missing = [c for c in columns if c not in table.column_names]
-            if missing:
-                raise ValueError(f"dataset {self.ref.dataset!r}, shard {self.ref.display}: no "
-                                 f"column(s) {missing}; the shard has {table.column_names}")
+            check_columns(columns, table.column_names, self.ref.label)
             table = table.select(columns)
         table = table.replace_schema_metadata(None)  # datasets' features: not record data
         if len(rows) and (np.diff(rows) == 1).all():  # a run in order: a zero-copy slice

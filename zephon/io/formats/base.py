@@ -44,7 +44,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 import numpy as np
 import pyarrow as pa
 
-from zephon.io.storage.local_copy import Resources, ShardRef, whole_local_copy
+from zephon.io.storage.local_copy import Resources, whole_local_copy
+from zephon.io.storage.shard_ref import ShardRef
 
 if TYPE_CHECKING:
     from zephon.io.storage.location import Location

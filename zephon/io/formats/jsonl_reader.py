@@ -26,9 +26,9 @@ import pyarrow.json as pj
 
 from zephon._ext import kernel
 from zephon.block import NotColumnar
-from zephon.io.errors import DataError
 from zephon.io.formats.bad_records import BadRecordError
 from zephon.io.formats.jsonl_lines import compression_of
+from zephon.io.formats.reader_checks import check_row_count, check_rows
 from zephon.io.formats.records import (
     arrow_member_counts,
     flat_record_table,
@@ -37,7 +37,8 @@ from zephon.io.formats.records import (
     table_from_dicts,
     with_sparse,
 )
-from zephon.io.storage.local_copy import Resources, ShardRef, local_jsonl, remote_jsonl_index
+from zephon.io.storage.local_copy import Resources, local_jsonl, remote_jsonl_index
+from zephon.io.storage.shard_ref import ShardRef
 
 __all__ = ["JsonlShardReader"]
 
@@ -63,25 +64,16 @@ class JsonlShardReader:
             path, self._offsets = local_jsonl(ref, res)
             self._bytes = _map(path)
         self.rows = len(self._offsets) - 1
-        if ref.rows is not None and self.rows != ref.rows:
-            raise DataError(f"shard holds {self.rows} records but {ref.rows} were counted at "
-                            "discovery: it changed since (rebuild index.json or recreate the "
-                            "Dataset)", dataset=ref.dataset, shard=ref.display)
+        check_row_count(ref, self.rows, "records")
 
     def close(self) -> None:
         self._bytes = None  # the map closes when the last view of it is gone
 
     # -- byte spans ---------------------------------------------------------------------------
 
-    def _check_rows(self, rows: np.ndarray) -> None:
-        if len(rows) and (rows.min() < 0 or rows.max() >= self.rows):
-            bad = int(rows[(rows < 0) | (rows >= self.rows)][0])
-            raise IndexError(f"dataset {self.ref.dataset!r}, shard {self.ref.display}: row index "
-                             f"{bad} out of range for a shard of {self.rows} records")
-
     def record_bytes(self, rows: np.ndarray) -> np.ndarray:
         """Bytes of each record's line (with its line break), from the line index."""
-        self._check_rows(rows)
+        check_rows(rows, self.rows, self.ref.label, "records")
         return self._offsets[rows + 1] - self._offsets[rows]
 
     def _gather(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -147,7 +139,7 @@ class JsonlShardReader:
     def bad_rows(self, rows: np.ndarray) -> np.ndarray:
         """Which of ``rows`` cannot be decoded (bool mask): each line judged on its own."""
         rows = np.asarray(rows, dtype=np.int64)
-        self._check_rows(rows)
+        check_rows(rows, self.rows, self.ref.label, "records")
         bad = np.zeros(len(rows), dtype=bool)
         if not len(rows):
             return bad
@@ -245,7 +237,7 @@ class JsonlShardReader:
 
     def read_table(self, rows: np.ndarray, columns: list[str] | None = None) -> pa.Table:
         rows = np.asarray(rows, dtype=np.int64)
-        self._check_rows(rows)
+        check_rows(rows, self.rows, self.ref.label, "records")
         if len(rows) == 0:
             return pa.table({})
         table = self._read_flat(rows)
@@ -277,7 +269,7 @@ class JsonlShardReader:
 
     def read_payloads(self, rows: np.ndarray) -> list[dict]:
         rows = np.asarray(rows, dtype=np.int64)
-        self._check_rows(rows)
+        check_rows(rows, self.rows, self.ref.label, "records")
         if len(rows) == 0:
             return []
         buf, offs = self._gather(rows)

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from zephon.io.formats.base import Resources, ShardFormat
+from zephon.io.formats.reader_checks import check_rows
 from zephon.io.formats.records import table_from_dicts
 
 __all__ = ["MEMORY", "InMemoryShard", "MemoryFormat", "MemoryShardReader", "MemoryShardRef"]
@@ -78,10 +79,7 @@ class MemoryShardReader:
 
     def _select(self, rows: np.ndarray) -> list[Any]:
         rows = np.asarray(rows, dtype=np.int64).ravel()
-        if len(rows) and (rows.min() < 0 or rows.max() >= self.rows):
-            bad = int(rows[(rows < 0) | (rows >= self.rows)][0])
-            raise IndexError(f"dataset {self.dataset!r}, shard {self.shard_id}: row index {bad} "
-                             f"out of range for a shard of {self.rows} records")
+        check_rows(rows, self.rows, f"dataset {self.dataset!r}, shard {self.shard_id}", "records")
         items = self._items
         return [items[i] for i in rows.tolist()]
 

@@ -1,7 +1,7 @@
-"""Parquet shards: row-group aware reads with a per-process LRU of decoded row groups.
+"""Parquet shards: row-group aware reads over a per-process LRU of decoded row groups.
 
 A read maps rows to row groups, decodes only the row groups (and columns) it needs that are not
-cached yet, and gathers the rows with ``take``. Random access inside a shard
+cached yet (row_group_cache.py), and gathers the rows with ``take``. Random access inside a shard
 (``shuffle_within_shard``) therefore decodes each row group once while it stays in the LRU,
 instead of once per sample.
 
@@ -14,7 +14,6 @@ wants most of a shard is cheaper as one sequential download shared by every proc
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from concurrent.futures import Future
 from typing import Any
 
@@ -22,101 +21,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from zephon.block import take_table
 from zephon.io.ahead import read_ahead
 from zephon.io.errors import DataError
-from zephon.io.storage.local_copy import Resources, ShardRef, cached_copy, whole_local_copy
+from zephon.io.formats.reader_checks import check_columns, check_row_count, check_rows
+from zephon.io.formats.row_group_cache import row_group_cache
+from zephon.io.storage.local_copy import Resources, cached_copy, whole_local_copy
+from zephon.io.storage.shard_ref import ShardRef
 from zephon.payload_values import mark, payload_rows
+from zephon.ragged_columns import take_table
 
-__all__ = ["ParquetShardReader", "RowGroupCache", "row_group_cache"]
+__all__ = ["ParquetShardReader", "group_starts"]
 
 READ_AHEAD = 2  # row groups decoded ahead of a forward-moving reader (see ahead/read_ahead.py)
-
-
-class RowGroupCache:
-    """Decoded row groups, least recently used evicted past ``limit_bytes`` (per process).
-
-    A row group every row of which has been read here since it was decoded is dropped at once
-    (``note_reads``): a forward pass or a within-shard shuffle does not come back to it within
-    the epoch, and freeing it lets the allocator hand the same, already mapped memory to the
-    next decode. Holding passed row groups until the LRU pushed them out made every decode
-    fault in fresh pages: 3.8-4.0 us against 2.9-3.2 us of CPU per row with two processes
-    decoding side by side (2 KB documents, 1024-row groups).
-    """
-
-    def __init__(self, limit_bytes: int) -> None:
-        self.limit_bytes = limit_bytes
-        self._items: OrderedDict[tuple, pa.Table] = OrderedDict()
-        self._unread: dict[tuple, np.ndarray] = {}  # per cached key: rows not read yet
-        self._bytes = 0
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    def get(self, key: tuple) -> pa.Table | None:
-        with self._lock:
-            table = self._items.get(key)
-            if table is None:
-                self.misses += 1
-                return None
-            self._items.move_to_end(key)
-            self.hits += 1
-            return table
-
-    def put(self, key: tuple, table: pa.Table) -> None:
-        size = table.nbytes
-        with self._lock:
-            if key in self._items or size > self.limit_bytes:
-                return
-            self._items[key] = table
-            self._bytes += size
-            while self._bytes > self.limit_bytes and self._items:
-                self._drop(next(iter(self._items)))
-
-    def note_reads(self, key: tuple, rows: np.ndarray) -> bool:
-        """``rows`` (positions inside the row group) of the cached row group ``key`` were
-        read; once every row of it has been, it is dropped (True)."""
-        with self._lock:
-            table = self._items.get(key)
-            if table is None:
-                return False
-            unread = self._unread.get(key)
-            if unread is None:
-                unread = self._unread[key] = np.ones(table.num_rows, dtype=bool)
-            unread[rows] = False
-            if unread.any():
-                return False
-            self._drop(key)
-            return True
-
-    def _drop(self, key: tuple) -> None:
-        self._bytes -= self._items.pop(key).nbytes
-        self._unread.pop(key, None)
-
-    def __contains__(self, key: tuple) -> bool:  # no hit/miss counted, no recency change
-        with self._lock:
-            return key in self._items
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-            self._unread.clear()
-            self._bytes = 0
-            self.hits = self.misses = 0
-
-
-_cache: list[RowGroupCache] = []
-_cache_lock = threading.Lock()
-
-
-def row_group_cache(limit_bytes: int | None = None) -> RowGroupCache:
-    """The process's row-group cache; a larger requested limit raises the current one."""
-    with _cache_lock:
-        if not _cache:
-            _cache.append(RowGroupCache(256 << 20 if limit_bytes is None else limit_bytes))
-        elif limit_bytes is not None and limit_bytes > _cache[0].limit_bytes:
-            _cache[0].limit_bytes = limit_bytes
-        return _cache[0]
 
 
 class ParquetShardReader:
@@ -147,10 +63,7 @@ class ParquetShardReader:
         self.rg_starts = group_starts(self._file.metadata)
         self.rows = int(self.rg_starts[-1])
         self.columns = list(self._file.schema_arrow.names)
-        if ref.rows is not None and self.rows != ref.rows:
-            raise DataError(f"shard holds {self.rows} rows but {ref.rows} were counted at "
-                            "discovery: it changed since (rebuild index.json or recreate the "
-                            "Dataset)", dataset=ref.dataset, shard=ref.display)
+        check_row_count(ref, self.rows)
 
     def _open(self) -> None:
         ref, mode = self.ref, self.res.store.remote_reads
@@ -181,14 +94,6 @@ class ParquetShardReader:
         if self._remote_file is not None:
             self._remote_file.close()
             self._remote_file = None
-
-    def _check_columns(self, columns: list[str] | None) -> None:
-        if columns is None:
-            return
-        missing = [c for c in columns if c not in self.columns]
-        if missing:
-            raise ValueError(f"dataset {self.ref.dataset!r}, shard {self.ref.display}: no "
-                             f"column(s) {missing}; the shard has {self.columns}")
 
     def _decode(self, groups: list[int], columns: list[str] | None,
                 file: pq.ParquetFile | None = None) -> list[pa.Table]:
@@ -385,11 +290,8 @@ class ParquetShardReader:
 
     def read_table(self, rows: np.ndarray, columns: list[str] | None = None) -> pa.Table:
         rows = np.asarray(rows, dtype=np.int64).ravel()
-        if len(rows) and (rows.min() < 0 or rows.max() >= self.rows):
-            bad = int(rows[(rows < 0) | (rows >= self.rows)][0])
-            raise IndexError(f"dataset {self.ref.dataset!r}, shard {self.ref.display}: row index "
-                             f"{bad} out of range for a shard of {self.rows} rows")
-        self._check_columns(columns)
+        check_rows(rows, self.rows, self.ref.label)
+        check_columns(columns, self.columns, self.ref.label)
         if len(rows) == 0:
             empty = mark(self._file.schema_arrow.empty_table())
             return empty if columns is None else empty.select(columns)

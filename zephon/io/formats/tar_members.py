@@ -22,7 +22,8 @@ import numpy as np
 from zephon.io.errors import DataError
 from zephon.io.formats.jsonl_lines import load_index, save_index
 from zephon.io.storage.cache import entry_key
-from zephon.io.storage.local_copy import Resources, ShardRef
+from zephon.io.storage.local_copy import Resources
+from zephon.io.storage.shard_ref import ShardRef
 
 __all__ = ["MemberIndex", "member_index", "scan_members"]
 

@@ -20,8 +20,8 @@ import numpy as np
 import pyarrow as pa
 
 from zephon._ext import kernel
-from zephon.io.errors import DataError
 from zephon.io.formats.base import Capabilities, Resources, ShardFormat, ShardRef, ShardStats
+from zephon.io.formats.reader_checks import check_row_count, check_rows
 from zephon.io.formats.records import payloads_from_table, with_sparse
 from zephon.io.formats.tar_members import member_index
 from zephon.io.storage.local_copy import decoded_local_copy
@@ -44,10 +44,7 @@ class WebDatasetShardReader:
         path = decoded_local_copy(ref, res)
         ix = member_index(ref, path, res)
         self.rows = ix.rows
-        if ref.rows is not None and self.rows != ref.rows:
-            raise DataError(f"shard holds {self.rows} records but {ref.rows} were counted at "
-                            "discovery: it changed since (rebuild index.json or recreate the "
-                            "Dataset)", dataset=ref.dataset, shard=ref.display)
+        check_row_count(ref, self.rows, "records")
         self._bytes = _map(path)
         # webdataset names the file it read when that is a local one
         self._constants = {"__local_path__": ref.display} if ref.location.is_local else {}
@@ -59,12 +56,6 @@ class WebDatasetShardReader:
         self._offsets, self._sizes = np.asarray(ix.offsets), np.asarray(ix.sizes)
         self._record_bytes = np.bincount(ix.record_of, weights=ix.sizes,
                                          minlength=self.rows).astype(np.int64)
-
-    def _check_rows(self, rows: np.ndarray) -> None:
-        if len(rows) and (rows.min() < 0 or rows.max() >= self.rows):
-            bad = int(rows[(rows < 0) | (rows >= self.rows)][0])
-            raise IndexError(f"dataset {self.ref.dataset!r}, shard {self.ref.display}: row index "
-                             f"{bad} out of range for a shard of {self.rows} records")
 
     def _field(self, j: int, rows: np.ndarray) -> pa.Array:
         member = self._member[rows, j]
@@ -85,7 +76,7 @@ class WebDatasetShardReader:
 
     def read_table(self, rows: np.ndarray, columns: list[str] | None = None) -> pa.Table:
         rows = np.ascontiguousarray(rows, dtype=np.int64).ravel()
-        self._check_rows(rows)
+        check_rows(rows, self.rows, self.ref.label, "records")
         names = ["__key__", "__url__", *self._constants, *self._fields]
         wanted = names if columns is None else [c for c in columns if c in names]
         arrays, sparse = [], []
@@ -109,7 +100,7 @@ class WebDatasetShardReader:
     def record_bytes(self, rows: np.ndarray) -> np.ndarray:
         """The bytes of each record's members (tar headers and padding left out)."""
         rows = np.asarray(rows, dtype=np.int64)
-        self._check_rows(rows)
+        check_rows(rows, self.rows, self.ref.label, "records")
         return self._record_bytes[rows]
 
     def close(self) -> None:

@@ -28,13 +28,11 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zephon.io.errors import DataError, StorageError
 from zephon.io.storage.location import is_transient
-
-if TYPE_CHECKING:
-    from zephon.io.storage.local_copy import ShardRef
+from zephon.io.storage.shard_ref import ShardRef
 
 __all__ = ["DigestMismatch", "Part", "Source", "refusals", "store_md5"]
 

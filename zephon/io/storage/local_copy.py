@@ -20,7 +20,6 @@ import time
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,41 +38,11 @@ from zephon.io.formats.jsonl_lines import (
 from zephon.io.options import ResolvedStore
 from zephon.io.storage.cache import ShardCache, cache_for, entry_key
 from zephon.io.storage.fetch_checks import Part, Source, refusals, store_md5
-from zephon.io.storage.location import Location, with_retries
+from zephon.io.storage.location import with_retries
+from zephon.io.storage.shard_ref import ShardRef
 
-__all__ = ["Resources", "ShardRef", "cached_copy", "decoded_local_copy", "local_jsonl",
+__all__ = ["Resources", "cached_copy", "decoded_local_copy", "local_jsonl",
            "remote_jsonl_index", "whole_local_copy"]
-
-
-@dataclass(frozen=True)
-class ShardRef:
-    """What a reader needs to know about one shard (taken from the dataset's catalog)."""
-
-    dataset: str
-    location: Location
-    name: str
-    size: int
-    version: str
-    rows: int | None = None
-
-    @property
-    def display(self) -> str:
-        return self.location.display(self.name)
-
-    @property
-    def label(self) -> str:
-        """Dataset and shard, for messages."""
-        return f"dataset {self.dataset!r}, shard {self.display}"
-
-    @property
-    def remote_key(self) -> str:
-        return entry_key(self.location.url.rstrip("/"), self.name, self.version)
-
-    def missing(self, cause: BaseException | None = None) -> ShardMissingError:
-        err = ShardMissingError("shard listed at discovery no longer exists",
-                                dataset=self.dataset, shard=self.display)
-        err.__cause__ = cause
-        return err
 
 
 class Resources:

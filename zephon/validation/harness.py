@@ -15,9 +15,9 @@ operator's ``validation_samples()`` -- and the harness reports, per operator:
 - ``OP_SAMPLE_ID_CHANGED`` / ``OP_LANE_CHANGED`` / ``OP_DUPLICATE_CURSOR``: identity (error);
 - ``OP_CALIBRATION_REPLAY_MISMATCH``: declared ``calibration_replayable`` but one record at a
   time gives other outputs than the grouped run (error);
-- ``ACC_*``: accumulator checks, see ``zephon.validation_accumulator`` (errors);
-- ``OP_WRITES_SELF`` / ``OP_WRITES_SHARED_STATE`` / ``OP_UNSEEDED_RANDOM``: source checks
-  (warnings);
+- ``ACC_*``: accumulator checks, see ``accumulator_checks.py`` (errors);
+- ``OP_WRITES_SELF`` / ``OP_WRITES_SHARED_STATE`` / ``OP_UNSEEDED_RANDOM``: source checks,
+  see ``source_checks.py`` (warnings);
 - ``OP_REJECTS_GENERIC_PAYLOAD`` / ``OP_INSTANCE_RUNTIME_CHECKS_SKIPPED``: the operator raised on
   the synthetic payload, runtime checks skipped (warnings); ``OP_RAISES_ON_SYNTHETIC_INPUT``: it
   raised on its own ``validation_samples()`` (error); ``OP_VALIDATION_SAMPLES_FACTORY_FAILED``.
@@ -140,8 +140,8 @@ def _as_records(samples: list) -> list[SampleRecord]:
 
 
 def validate_op(op: UserOp, *, after_batch: bool = False) -> list[Issue]:
-    from zephon.validation_accumulator import probe_accumulator
-    from zephon.validation_source import static_issues
+    from zephon.validation.accumulator_checks import probe_accumulator
+    from zephon.validation.source_checks import static_issues
 
     issues: list[Issue] = []
 

@@ -1,4 +1,4 @@
-"""Accumulator checks of the validation harness (see ``zephon.validation``).
+"""Accumulator checks of the validation harness (see harness.py).
 
 A custom accumulator decides which records ``process_many`` sees together; these probes feed it
 the synthetic records and check the contract the engine relies on:

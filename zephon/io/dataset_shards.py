@@ -71,11 +71,27 @@ class DatasetShards:
         return self._fmt
 
     def shard_format(self, shard_id: int) -> str:
+        """The name of the format one shard is read in (``"jsonl"``, ``"parquet"``, ...,
+        ``"memory"``); in a ``"mixed"`` dataset each shard has its own.
+
+        Args:
+            shard_id: The shard's id (one of ``ids()``); another raises ``KeyError``.
+
+        Returns:
+            The format's registered name.
+        """
         i = self._index(shard_id)
         return MEMORY.name if self._catalog is None else self._catalog.formats[i]
 
     def format_of(self, shard_id: int) -> ShardFormat:
-        """The format object that reads the shard (``zephon/io/formats/base.py``)."""
+        """The format object that reads the shard (``zephon/io/formats/base.py``).
+
+        Args:
+            shard_id: The shard's id (one of ``ids()``); another raises ``KeyError``.
+
+        Returns:
+            The ``ShardFormat`` registered under ``shard_format(shard_id)``.
+        """
         return self._formats[self.shard_format(shard_id)]
 
     def formats(self) -> dict[str, int]:
@@ -149,7 +165,14 @@ class DatasetShards:
         return int(self._counts[self._index(shard_id)])
 
     def shard_name(self, shard_id: int) -> str:
-        """The shard's file path or URL (for messages), or ``memory:<id>``."""
+        """The shard's file path or URL (for messages), or ``memory:<id>``.
+
+        Args:
+            shard_id: The shard's id (one of ``ids()``); another raises ``KeyError``.
+
+        Returns:
+            The name to show.
+        """
         return self._source(shard_id).display
 
     def __repr__(self) -> str:

@@ -235,7 +235,24 @@ class Dataset(DatasetShards):
             DataError: A malformed record (the message names dataset, shard and line or row).
         """
         cols = None if columns is None else list(columns)
-        return self._reader(shard_id).read_table(np.asarray(rows, dtype=np.int64), cols)
+        rows = np.asarray(rows, dtype=np.int64)
+        return self._read(shard_id, lambda reader: reader.read_table(rows, cols))
+
+    def _read(self, shard_id: int, read: Any) -> Any:
+        """``read(reader)`` on the shard's open reader. A read that fails on a reader whose
+        mapped file changed under it (``mapped_source``: a cache entry cut in place reads as
+        zeros to the end of its last page, or as spans past the map) is retried once on a fresh
+        reader, which checks the cache entry again and fetches the shard anew if it is
+        damaged; any other failure is the data's and is raised."""
+        reader = self._reader(shard_id)
+        try:
+            return read(reader)
+        except Exception:  # bad data, or what a file cut under the map makes of it
+            if not (self.format_of(shard_id).capabilities.mapped_source
+                    and reader.source_changed()):
+                raise
+        self._rt().drop(int(shard_id), reader)
+        return read(self._reader(shard_id))
 
     def read_ahead(self, shard_id: int, rows: np.ndarray) -> None:
         """A hint that ``rows`` (any order) of a shard are read next: a remote shard that
@@ -342,7 +359,8 @@ class Dataset(DatasetShards):
         Returns:
             The payloads, in the order of ``rows``.
         """
-        return self._reader(shard_id).read_payloads(np.asarray(rows, dtype=np.int64))
+        rows = np.asarray(rows, dtype=np.int64)
+        return self._read(shard_id, lambda reader: reader.read_payloads(rows))
 
     def warm(self, shard_ids: Iterable[int]) -> None:
         """Make shards ready for fast reads, as their format says (``ShardFormat.warm``):

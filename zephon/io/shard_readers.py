@@ -78,6 +78,14 @@ class ShardReaders:
                 after_open(sid)
         return reader
 
+    def drop(self, sid: int, reader: ShardReader) -> None:
+        """Forget ``reader`` of shard ``sid`` (if it is still the open one): the next read
+        opens the shard again."""
+        with self.lock:
+            if self.readers.get(sid) is reader:
+                del self.readers[sid]
+        reader.close()
+
     def close(self) -> None:
         """Close every open reader (a later read opens its shard again)."""
         with self.lock:

@@ -57,6 +57,7 @@ __all__ = [
     "BadRowReader",
     "Resources",
     "RootView",
+    "MappedSourceReader",
     "RowGroupReader",
     "ShardEntry",
     "ShardFormat",
@@ -84,6 +85,11 @@ class Capabilities:
       ``downloads_whole`` is True for every remote shard.
     - ``index_file``: ``build-index`` may list the format's shards in Zephon's ``index.json``
       (``count`` gives rows and ``extra``); formats with an index of their own leave it False.
+    - ``mapped_source``: readers are ``MappedSourceReader`` (``source_changed``: whether the
+      file they map was altered since they opened it). A read that fails to decode is then
+      retried once on a freshly opened reader when the file changed under the first one: a
+      cache entry truncated in place reads as zeros up to the end of its last page, which must
+      not be reported as bad data.
     """
 
     row_groups: bool = False
@@ -92,6 +98,7 @@ class Capabilities:
     bad_rows: bool = False
     byte_ranges: bool = False
     index_file: bool = False
+    mapped_source: bool = False
 
 
 @dataclass
@@ -161,6 +168,13 @@ class ShardReader(Protocol):
 
     def close(self) -> None:
         """Release handles; the reader is not used afterwards."""
+        ...
+
+
+class MappedSourceReader(ShardReader, Protocol):
+    def source_changed(self) -> bool:
+        """Whether the file this reader maps is no longer the one it opened (size, mtime or
+        inode differ, or it is gone)."""
         ...
 
 

@@ -24,7 +24,7 @@ class JsonlFormat(ShardFormat):
     name = "jsonl"
     suffixes = (".jsonl", ".jsonl.gz", ".jsonl.gzip", ".jsonl.zst", ".jsonl.zstd")
     capabilities = Capabilities(record_sizes=True, bad_rows=True, byte_ranges=True,
-                                index_file=True)
+                                index_file=True, mapped_source=True)
 
     def count(self, ref: ShardRef, res: Resources, *, keep: bool) -> ShardStats:
         compressed = compression_of(ref.name) is not None

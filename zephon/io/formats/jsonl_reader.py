@@ -58,16 +58,28 @@ class JsonlShardReader:
         self._ranges = (remote and res.store.remote_reads == "ranges"
                         and compression_of(ref.name) is None)
         self._bytes: np.ndarray | None = None
+        self._path: str | None = None
         if self._ranges:
             self._offsets = remote_jsonl_index(ref, res)
         else:
             path, self._offsets = local_jsonl(ref, res)
+            self._path, self._opened = path, _identity(path)
             self._bytes = _map(path)
         self.rows = len(self._offsets) - 1
         check_row_count(ref, self.rows, "records")
 
     def close(self) -> None:
         self._bytes = None  # the map closes when the last view of it is gone
+
+    def source_changed(self) -> bool:
+        """Whether the mapped file was altered since it was opened (a cache entry truncated in
+        place reads as zeros to the end of its page: not bad data, a changed file)."""
+        if self._path is None:
+            return False
+        now = _identity(self._path)
+        # also a file cut after it was checked and before it was mapped: its index ends at
+        # the size the file had when it was decoded
+        return now != self._opened or now is None or now[1] != int(self._offsets[-1])
 
     # -- byte spans ---------------------------------------------------------------------------
 
@@ -300,6 +312,14 @@ def _column_order(rows: np.ndarray, vstart: np.ndarray, vend: np.ndarray) -> np.
     if (key[:, 1:] == key[:, :-1]).all(axis=0).any():
         return None
     return order
+
+
+def _identity(path: str) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _map(path: str) -> np.ndarray:

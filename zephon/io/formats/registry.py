@@ -33,6 +33,8 @@ BUILT_IN: dict[str, str] = {
     "memory": "zephon.io.formats.memory:MEMORY",
     "arrow": "zephon.io.formats.arrow:ARROW",
     "webdataset": "zephon.io.formats.webdataset:WEBDATASET",
+    "mds": "zephon.io.formats.mds:MDS",
+    "mds-pickle": "zephon.io.formats.mds:MDS_PICKLE",
 }
 
 _lock = threading.RLock()

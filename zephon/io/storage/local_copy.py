@@ -20,7 +20,7 @@ import time
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,8 @@ class ShardRef:
     size: int
     version: str
     rows: int | None = None
+    # the format's own facts of this shard (``ShardEntry.facts``), not part of its identity
+    facts: Any = field(default=None, compare=False)
 
     @property
     def display(self) -> str:
@@ -271,10 +273,15 @@ def whole_local_copy(ref: ShardRef, res: Resources) -> str:
     return str(path)
 
 
-def decoded_local_copy(ref: ShardRef, res: Resources) -> str:
+def decoded_local_copy(ref: ShardRef, res: Resources, decoder: Any = None,
+                       decoded_as: str | None = None) -> str:
     """A local path holding the whole shard decompressed (``.gz``/``.zst`` names, decoded once
-    into the node cache, also for a local file); an uncompressed shard as ``whole_local_copy``."""
-    if compression_of(ref.name) is None:
+    into the node cache, also for a local file); an uncompressed shard as ``whole_local_copy``.
+
+    ``decoder`` decompresses a shard whose name does not say its compression (an MDS
+    ``.mds.zstd``, a litData chunk): a function of the raw stream returning a ``read(n)`` view
+    of the decoded bytes; ``decoded_as`` names the copy."""
+    if decoder is None and compression_of(ref.name) is None:
         return whole_local_copy(ref, res)
     loc = ref.location
     if loc.is_local:  # key on the file's current identity
@@ -287,7 +294,7 @@ def decoded_local_copy(ref: ShardRef, res: Resources) -> str:
     def produce(part: Path) -> dict[str, Any]:
         def consume(src: Source, sink: Any) -> None:
             try:
-                reader = decoded_reader(src, ref.name)
+                reader = decoded_reader(src, ref.name) if decoder is None else decoder(src)
                 while chunk := reader.read(8 << 20):
                     sink(chunk)
             except (gzip.BadGzipFile, EOFError, zlib.error) as e:
@@ -301,7 +308,7 @@ def decoded_local_copy(ref: ShardRef, res: Resources) -> str:
 
     t0 = fetch_timing.timed_ns()
     with refusals(ref, res.cache.root, local=True):
-        path = res.cache.get_or_create(key, decoded_name(ref.name), produce, None,
+        path = res.cache.get_or_create(key, decoded_as or decoded_name(ref.name), produce, None,
                                        label=ref.label)
     fetch_timing.note("resolve_ns", fetch_timing.timed_ns() - t0)
     return str(path)

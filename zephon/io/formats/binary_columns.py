@@ -51,6 +51,8 @@ def fixed_width(buf: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
 
 def _gather(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[pa.Buffer, np.ndarray]:
     """The spans' bytes, concatenated into one Arrow buffer, and their int64 offsets in it."""
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    ends = np.ascontiguousarray(ends, dtype=np.int64)
     if len(starts) and (int(starts.min()) < 0 or (ends < starts).any() or
                         int(ends.max()) > len(buf)):
         bad = int(np.flatnonzero((starts < 0) | (ends < starts) | (ends > len(buf)))[0])

@@ -35,6 +35,8 @@ BUILT_IN: dict[str, str] = {
     "webdataset": "zephon.io.formats.webdataset:WEBDATASET",
     "mds": "zephon.io.formats.mds:MDS",
     "mds-pickle": "zephon.io.formats.mds:MDS_PICKLE",
+    "litdata": "zephon.io.formats.litdata:LITDATA",
+    "litdata-pickle": "zephon.io.formats.litdata:LITDATA_PICKLE",
 }
 
 _lock = threading.RLock()

@@ -37,6 +37,7 @@ BUILT_IN: dict[str, str] = {
     "mds-pickle": "zephon.io.formats.mds:MDS_PICKLE",
     "litdata": "zephon.io.formats.litdata:LITDATA",
     "litdata-pickle": "zephon.io.formats.litdata:LITDATA_PICKLE",
+    "vortex": "zephon.io.formats.vortex:VORTEX",
 }
 
 _lock = threading.RLock()

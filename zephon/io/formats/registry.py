@@ -38,6 +38,7 @@ BUILT_IN: dict[str, str] = {
     "litdata": "zephon.io.formats.litdata:LITDATA",
     "litdata-pickle": "zephon.io.formats.litdata:LITDATA_PICKLE",
     "vortex": "zephon.io.formats.vortex:VORTEX",
+    "lance": "zephon.io.formats.lance:LANCE",
 }
 
 _lock = threading.RLock()

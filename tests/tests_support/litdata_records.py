@@ -39,3 +39,11 @@ def tokens(i: int) -> dict:
 def with_object(i: int) -> dict:
     """A leaf only pickle can store (a set)."""
     return {"id": i, "obj": {i}}
+
+
+def bench_text(i: int) -> dict:
+    """benchmarks/bench_formats.py's record: an id, ~2 KB of text, a small JSON string."""
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota",
+             "kappa"]
+    text = " ".join(words[(i * 7 + k * 3) % len(words)] for k in range(330))
+    return {"id": i, "text": text, "meta": f'{{"i": {i}}}'}

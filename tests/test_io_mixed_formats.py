@@ -91,9 +91,9 @@ def test_files_that_look_like_data_are_named_others_are_not(mixed):
         assert Dataset.from_path("d", mixed).total() == 112
     (mixed / "extra.csv").write_text("id,text\n1,x\n")
     (mixed / "more.jsonl.bz2").write_bytes(b"BZh9")
-    (mixed / "e.vortex").write_bytes(b"\0")
+    (mixed / "e.orc").write_bytes(b"\0")
     with pytest.warns(UserWarning, match=r"not reading 3 file\(s\) that look like data.*"
-                                         r"e.vortex, extra.csv, more.jsonl.bz2"):
+                                         r"e.orc, extra.csv, more.jsonl.bz2"):
         assert Dataset.from_path("d", mixed).total() == 112
 
 

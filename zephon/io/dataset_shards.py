@@ -199,7 +199,8 @@ class DatasetShards:
         cat = self._catalog
         assert cat is not None and self._location is not None
         return ShardRef(self._name, self._location, cat.names[i], int(cat.sizes[i]),
-                        cat.versions[i], int(cat.counts[i]))
+                        cat.versions[i], int(cat.counts[i]),
+                        None if cat.facts is None else cat.facts[i])
 
 
 def _frozen(values: list[int]) -> np.ndarray:

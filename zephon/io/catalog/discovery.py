@@ -23,6 +23,7 @@ import os
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -59,6 +60,7 @@ class Catalog:
     versions: list[str]
     from_index: bool
     formats: list[str]  # each shard's format
+    facts: list[Any] | None = None  # each shard's ShardEntry.facts, when its format has any
 
     def format_counts(self) -> dict[str, int]:
         """Shards per format, formats in a fixed order."""
@@ -88,7 +90,8 @@ def _from_index(entries: list[IndexEntry], fmts: list[str], digest: str) -> Cata
     return _catalog(names, ids, counts, sizes, raw, versions, True, kinds)
 
 
-def _catalog(names, ids, counts, sizes, raw, versions, from_index, kinds) -> Catalog:
+def _catalog(names, ids, counts, sizes, raw, versions, from_index, kinds,
+             facts=None) -> Catalog:
     order = np.argsort(np.asarray(ids, dtype=np.int64), kind="stable")
 
     def arr(values):
@@ -99,7 +102,8 @@ def _catalog(names, ids, counts, sizes, raw, versions, from_index, kinds) -> Cat
     formats = [kinds[i] for i in order]
     fmt = formats[0] if len(set(formats)) == 1 else MIXED
     return Catalog(fmt, [names[i] for i in order], arr(ids), arr(counts), arr(sizes), arr(raw),
-                   [versions[i] for i in order], from_index, formats)
+                   [versions[i] for i in order], from_index, formats,
+                   None if facts is None else [facts[i] for i in order])
 
 
 def _warn_unread(where: str, names: list[str], why: str) -> None:
@@ -221,7 +225,8 @@ def _own_catalog(dataset: str, where: str, location: Location, fmt: ShardFormat,
             raise ValueError(f"{where}: the {fmt.name} index lists {n!r}, which does not exist")
         sizes.append(e.nbytes if e.nbytes is not None else info.size)
         versions.append(e.version if e.version is not None else info.version)
-    refs = [ShardRef(dataset, location, n, b, v) for n, b, v in zip(names, sizes, versions)]
+    refs = [ShardRef(dataset, location, n, b, v, facts=e.facts)
+            for n, b, v, e in zip(names, sizes, versions, entries)]
     todo = [i for i, e in enumerate(entries) if e.rows is None]
     counted = dict(zip(todo, _count([fmt] * len(todo), [refs[i] for i in todo], res,
                                     max_workers))) if todo else {}
@@ -235,9 +240,11 @@ def _own_catalog(dataset: str, where: str, location: Location, fmt: ShardFormat,
     if not kept:
         raise ValueError(f"{where}: dataset is empty ({len(entries)} shard(s) in its "
                          f"{fmt.name} index, none with records)")
+    facts = [entries[i].facts for i in kept]
     return _catalog([names[i] for i in kept], kept, [rows[i] for i in kept],
                     [sizes[i] for i in kept], [raw[i] for i in kept],
-                    [versions[i] for i in kept], True, [fmt.name] * len(kept))
+                    [versions[i] for i in kept], True, [fmt.name] * len(kept),
+                    facts if any(f is not None for f in facts) else None)
 
 
 def _catalog_from_index(dataset: str, where: str, location: Location, doc: dict,

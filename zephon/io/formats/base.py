@@ -121,6 +121,9 @@ class ShardEntry:
     nbytes: int | None = None
     version: str | None = None
     raw_bytes: int | None = None  # decoded size when it differs from ``nbytes``
+    # what the format's own index says of this shard that its reader needs (an MDS shard's
+    # columns): kept in the catalog, handed to readers in every process as ``ShardRef.facts``
+    facts: Any = field(default=None, compare=False)
 
 
 class RootView:

@@ -33,6 +33,12 @@ BUILT_IN: dict[str, str] = {
     "memory": "zephon.io.formats.memory:MEMORY",
     "arrow": "zephon.io.formats.arrow:ARROW",
     "webdataset": "zephon.io.formats.webdataset:WEBDATASET",
+    "mds": "zephon.io.formats.mds:MDS",
+    "mds-pickle": "zephon.io.formats.mds:MDS_PICKLE",
+    "litdata": "zephon.io.formats.litdata:LITDATA",
+    "litdata-pickle": "zephon.io.formats.litdata:LITDATA_PICKLE",
+    "vortex": "zephon.io.formats.vortex:VORTEX",
+    "lance": "zephon.io.formats.lance:LANCE",
 }
 
 _lock = threading.RLock()

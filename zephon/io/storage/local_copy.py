@@ -240,10 +240,15 @@ def whole_local_copy(ref: ShardRef, res: Resources) -> str:
     return str(path)
 
 
-def decoded_local_copy(ref: ShardRef, res: Resources) -> str:
+def decoded_local_copy(ref: ShardRef, res: Resources, decoder: Any = None,
+                       decoded_as: str | None = None) -> str:
     """A local path holding the whole shard decompressed (``.gz``/``.zst`` names, decoded once
-    into the node cache, also for a local file); an uncompressed shard as ``whole_local_copy``."""
-    if compression_of(ref.name) is None:
+    into the node cache, also for a local file); an uncompressed shard as ``whole_local_copy``.
+
+    ``decoder`` decompresses a shard whose name does not say its compression (an MDS
+    ``.mds.zstd``, a litData chunk): a function of the raw stream returning a ``read(n)`` view
+    of the decoded bytes; ``decoded_as`` names the copy."""
+    if decoder is None and compression_of(ref.name) is None:
         return whole_local_copy(ref, res)
     loc = ref.location
     if loc.is_local:  # key on the file's current identity
@@ -256,7 +261,7 @@ def decoded_local_copy(ref: ShardRef, res: Resources) -> str:
     def produce(part: Path) -> dict[str, Any]:
         def consume(src: Source, sink: Any) -> None:
             try:
-                reader = decoded_reader(src, ref.name)
+                reader = decoded_reader(src, ref.name) if decoder is None else decoder(src)
                 while chunk := reader.read(8 << 20):
                     sink(chunk)
             except (gzip.BadGzipFile, EOFError, zlib.error) as e:
@@ -270,7 +275,7 @@ def decoded_local_copy(ref: ShardRef, res: Resources) -> str:
 
     t0 = fetch_timing.timed_ns()
     with refusals(ref, res.cache.root, local=True):
-        path = res.cache.get_or_create(key, decoded_name(ref.name), produce, None,
+        path = res.cache.get_or_create(key, decoded_as or decoded_name(ref.name), produce, None,
                                        label=ref.label)
     fetch_timing.note("resolve_ns", fetch_timing.timed_ns() - t0)
     return str(path)

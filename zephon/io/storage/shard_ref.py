@@ -8,7 +8,8 @@ other.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from zephon.io.errors import ShardMissingError
 from zephon.io.storage.cache import entry_key
@@ -27,6 +28,8 @@ class ShardRef:
     size: int
     version: str
     rows: int | None = None
+    # the format's own facts of this shard (``ShardEntry.facts``), not part of its identity
+    facts: Any = field(default=None, compare=False)
 
     @property
     def display(self) -> str:

@@ -1,0 +1,143 @@
+"""Lance datasets written by ``pylance`` itself (several fragments, an append, deleted rows),
+read through pipelines and compared field by field with Lance's own scanner, the version
+pinned at discovery; remote through ``memory://`` and a moto S3 server."""
+
+from __future__ import annotations
+
+import uuid
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pytest
+from format_checks import assert_stream_exact, flat, one_epoch
+from io_helpers import moto_s3, s3_client
+
+from zephon.io import DataError, Dataset, ShardPrefetcher
+from zephon.io.inspector import DatasetInspector, inspect_main
+
+lance = pytest.importorskip("lance")
+
+
+def _table(start: int, n: int) -> pa.Table:
+    rng = np.random.default_rng(start)
+    ids = np.arange(start, start + n)
+    return pa.table({
+        "id": pa.array(ids),
+        "text": pa.array([f"doc {i} " + "é" * (i % 5) for i in ids.tolist()]),
+        "score": pa.array(rng.random(n).astype(np.float32)),
+        "tokens": pa.array([rng.integers(0, 50_000, 1 + i % 13).tolist() for i in range(n)],
+                           pa.list_(pa.int32())),
+        "emb": pa.array([rng.random(4).astype(np.float32).tolist() for _ in range(n)],
+                        pa.list_(pa.float32(), 4)),
+        "note": pa.array([None if i % 3 == 0 else f"n{i}" for i in range(n)]),
+    })
+
+
+def _write(root) -> None:
+    lance.write_dataset(_table(0, 100), str(root), max_rows_per_file=30)
+    lance.write_dataset(_table(100, 25), str(root), mode="append")
+    lance.dataset(str(root)).delete("id % 10 = 3")
+
+
+def _as_python(value):
+    if isinstance(value, np.ndarray):
+        assert not value.flags.writeable
+        return value.tolist()
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _same(got: list[dict], expected: list[dict]) -> None:
+    assert len(got) == len(expected)
+    by_id = {r["id"]: r for r in expected}
+    for rec in got:
+        assert type(rec["id"]) is np.int64 and rec["emb"].shape == (4,)
+        assert {k: _as_python(v) for k, v in rec.items()} == by_id[int(rec["id"])]
+    assert sorted(int(r["id"]) for r in got) == sorted(by_id)
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lance") / "ds.lance"
+    _write(root)
+    return root, lance.dataset(str(root)).to_table().to_pylist()
+
+
+def test_records_are_lances_own(written):
+    root, expected = written
+    ds = Dataset.from_path("l", root)
+    assert ds.fmt == "lance" and ds.counts().tolist() == [27, 27, 27, 9, 22]
+    _same(flat(one_epoch(ds)), expected)
+    in_order = [r for s in ds.ids().tolist() for r in ds.read_payloads(s, range(ds.count(s)))]
+    assert [int(r["id"]) for r in in_order] == [r["id"] for r in expected]
+    with pytest.raises(IndexError):
+        ds.read_payloads(3, [9])
+
+
+def test_streams_are_exact(written):
+    assert_stream_exact(Dataset.from_path("l", written[0]), "id")
+
+
+def test_the_version_is_pinned_at_discovery(tmp_path):
+    root = tmp_path / "ds.lance"
+    _write(root)
+    ds = Dataset.from_path("l", root)
+    expected = lance.dataset(str(root)).to_table().to_pylist()
+    lance.write_dataset(_table(500, 10), str(root), mode="append")
+    lance.dataset(str(root)).delete("id < 50")
+    _same([r for s in ds.ids().tolist() for r in ds.read_payloads(s, range(ds.count(s)))],
+          expected)
+    assert Dataset.from_path("l", root).total() == len(expected) + 10 - 45
+
+
+def test_remote_datasets_through_fsspec_prefetch_and_the_node_cache(written, tmp_path,
+                                                                    monkeypatch):
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "cache"))
+    root, expected = written
+    fs = fsspec.filesystem("memory")
+    fs.put(str(root), "/lance-remote", recursive=True)
+    try:
+        ds = Dataset.from_path("l", "memory://lance-remote")
+        with ShardPrefetcher([ds]) as pre:
+            pre.submit(0, ds.ids().tolist())
+            pre.wait()
+        _same(flat(one_epoch(ds)), expected)
+        assert_stream_exact(ds, "id", cuts=(3,))
+    finally:
+        fs.rm("/lance-remote", recursive=True)
+
+
+def test_a_dataset_on_s3(written, tmp_path, monkeypatch):
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "cache"))
+    root, expected = written
+    with moto_s3() as s3:
+        bucket = f"b-{uuid.uuid4().hex[:12]}"
+        client = s3_client(s3["endpoint"])
+        client.create_bucket(Bucket=bucket)
+        for f in root.rglob("*"):
+            if f.is_file():
+                client.put_object(Bucket=bucket, Key=f"ds/{f.relative_to(root)}",
+                                  Body=f.read_bytes())
+        ds = Dataset.from_path("l", f"s3://{bucket}/ds", storage_options=s3["storage_options"])
+        assert ds.counts().tolist() == [27, 27, 27, 9, 22]
+        _same(flat(one_epoch(ds)), expected)
+
+
+def test_inspect_and_the_inspector(written, capsys):
+    root, expected = written
+    with DatasetInspector(Dataset.from_path("l", root)) as insp:
+        assert int(insp.read(1, 0)["id"]) == expected[27]["id"]
+    assert inspect_main([str(root), "--rows", "1"]) == 0
+    assert "lance   5 shard(s), 112 rows" in capsys.readouterr().out
+
+
+def test_bad_data_files_are_named(tmp_path):
+    root = tmp_path / "ds.lance"
+    lance.write_dataset(_table(0, 50), str(root), max_rows_per_file=25)
+    data = sorted((root / "data").iterdir())[0]
+    data.write_bytes(data.read_bytes()[:100])
+    ds = Dataset.from_path("l", root)  # the manifest alone: no data file is read
+    sid = next(s for s in ds.ids().tolist() if ds.shard_name(s).endswith(data.name))
+    with pytest.raises(DataError, match=rf"dataset 'l', shard .*{data.name}: not a readable"):
+        ds.read_payloads(sid, [0])
+    assert len(ds.read_payloads(1 - sid, [0, 1])) == 2

@@ -1,0 +1,223 @@
+"""Lance datasets (``fmt="lance"``) as a registry entry, read through ``pylance``.
+
+A Lance dataset is a directory: ``_versions/*.manifest`` (one per committed version),
+``data/*.lance`` files and ``_deletions/`` files. Discovery pins the newest committed version
+(spec addendum A.11): it lists ``_versions/``, reads that manifest alone (a copy in a temporary
+directory is opened with ``pylance``, which reads no data file to list fragments) and makes one
+shard per fragment, in manifest order, of ``physical rows - deleted rows`` rows. Later
+versions written while the dataset is read are not seen: the catalog names the data and
+deletion files of the pinned version, and Lance never rewrites a file.
+
+A shard is its fragment's data file, read with ``lance.file.LanceFileReader`` (in place when
+local, copied whole into the node cache when remote) at the physical rows that the logical
+rows map to once the fragment's deleted rows (its deletion file, read once) are skipped.
+Records are Arrow rows with the values of spec addendum A.10, as for Parquet.
+
+Refused at discovery (``ValueError``): fragments of several data files (added columns),
+overlays, Lance v1 data files, and deletion bitmaps (``.bin``; Lance writes them for large
+deletions, zephon reads the ``.arrow`` lists). There is no ``build-index`` mode: the manifest
+is the index.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import shutil
+import tempfile
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from zephon.block import take_table
+from zephon.io.errors import DataError
+from zephon.io.formats.base import (
+    Capabilities,
+    Resources,
+    RootView,
+    ShardEntry,
+    ShardFormat,
+    ShardRef,
+    ShardStats,
+)
+from zephon.io.storage.local_copy import whole_local_copy
+from zephon.payload_values import mark, payload_rows
+
+__all__ = ["LANCE", "LanceFormat", "LanceShardReader", "newest_manifest"]
+
+_U64 = (1 << 64) - 1
+
+
+def _lance() -> Any:
+    try:
+        import lance
+        import lance.file  # noqa: F401
+    except ImportError as e:
+        raise ImportError("reading Lance datasets needs pylance: pip install 'zephon[lance]'") \
+            from e
+    return lance
+
+
+def newest_manifest(names: list[str]) -> tuple[int, str] | None:
+    """(version, file name) of the newest ``N.manifest`` among ``names``: Lance names
+    manifests by version, or (its V2 scheme) by ``2**64 - 1 - version``."""
+    best = None
+    for name in names:
+        stem, dot, ext = posixpath.basename(name).partition(".")
+        if ext != "manifest" or not stem.isdigit():
+            continue
+        n = int(stem)
+        version = _U64 - n if n > (1 << 63) else n
+        if best is None or version > best[0]:
+            best = (version, posixpath.basename(name))
+    return best
+
+
+def _fragments(manifest: bytes, name: str) -> list[Any]:
+    """The fragments of one manifest, read by pylance from a copy of it alone."""
+    tmp = tempfile.mkdtemp(prefix="zephon-lance-")
+    try:
+        os.makedirs(os.path.join(tmp, "_versions"))
+        with open(os.path.join(tmp, "_versions", name), "wb") as f:
+            f.write(manifest)
+        return [fr.metadata for fr in _lance().dataset(tmp).get_fragments()]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check(meta: Any, where: str) -> tuple[str, str | None]:
+    """(data file, deletion file or None) of a fragment; ValueError for what zephon refuses."""
+    fid = meta.id
+    if len(meta.files) != 1:
+        raise ValueError(f"{where}: fragment {fid} has {len(meta.files)} data files (columns "
+                         "added later); zephon reads fragments of one file")
+    if getattr(meta, "overlays", None):
+        raise ValueError(f"{where}: fragment {fid} has overlays, which zephon does not read")
+    data = meta.files[0]
+    if data.file_major_version < 2:
+        raise ValueError(f"{where}: fragment {fid} is a Lance v1 file; zephon reads v2 files")
+    deletion = meta.deletion_file
+    if deletion is None:
+        return data.path, None
+    if deletion.file_type != "array":
+        raise ValueError(f"{where}: fragment {fid} has a deletion bitmap ({deletion.file_type}"
+                         "); zephon reads deletion lists (.arrow)")
+    return data.path, f"_deletions/{fid}-{deletion.read_version}-{deletion.id}.arrow"
+
+
+class LanceShardReader:
+    """One fragment's data file opened in this process; any rows, any order."""
+
+    def __init__(self, ref: ShardRef, res: Resources) -> None:
+        self.ref = ref
+        facts = ref.facts
+        lance = _lance()
+        try:
+            self._file = lance.file.LanceFileReader(whole_local_copy(ref, res))
+            physical = int(self._file.num_rows())
+        except (OSError, ValueError, RuntimeError) as e:
+            raise DataError(f"not a readable Lance data file: {str(e).splitlines()[0]}",
+                            dataset=ref.dataset, shard=ref.display) from e
+        if physical != facts["physical_rows"]:
+            raise DataError(f"holds {physical} rows, the manifest says "
+                            f"{facts['physical_rows']}", dataset=ref.dataset, shard=ref.display)
+        self._kept = None
+        if facts["deletion"]:
+            deleted = self._deleted(res, facts["deletion"], physical)
+            self._kept = np.setdiff1d(np.arange(physical, dtype=np.int64), deleted)
+        self.rows = physical if self._kept is None else len(self._kept)
+        if ref.rows is not None and self.rows != ref.rows:
+            raise DataError(f"holds {self.rows} rows, {ref.rows} were counted at discovery",
+                            dataset=ref.dataset, shard=ref.display)
+
+    def _deleted(self, res: Resources, name: str, physical: int) -> np.ndarray:
+        ref = ShardRef(self.ref.dataset, self.ref.location, name, 0, name)
+        try:
+            table = pa.ipc.open_file(pa.memory_map(whole_local_copy(ref, res))).read_all()
+            deleted = np.asarray(table.column(0).to_numpy(), dtype=np.int64)
+        except (pa.ArrowInvalid, OSError, KeyError, IndexError) as e:
+            raise DataError(f"deletion file cannot be read: {e}", dataset=ref.dataset,
+                            shard=ref.display) from e
+        if len(deleted) and (deleted.min() < 0 or deleted.max() >= physical):
+            raise DataError(f"deletes rows outside the fragment's {physical}",
+                            dataset=ref.dataset, shard=ref.display)
+        return deleted
+
+    def read_table(self, rows: np.ndarray, columns: list[str] | None = None) -> pa.Table:
+        rows = np.ascontiguousarray(rows, dtype=np.int64).ravel()
+        if len(rows) and (rows.min() < 0 or rows.max() >= self.rows):
+            bad = int(rows[(rows < 0) | (rows >= self.rows)][0])
+            raise IndexError(f"{self.ref.label}: row index {bad} out of range for a fragment "
+                             f"of {self.rows} rows")
+        physical = rows if self._kept is None else self._kept[rows]
+        unique, where = np.unique(physical, return_inverse=True)
+        try:
+            found = self._file.take_rows(unique.tolist()).to_table()
+        except (OSError, ValueError, RuntimeError) as e:
+            first = int(rows[0]) + 1 if len(rows) else 0
+            raise DataError(f"cannot read rows from row {first}: {str(e).splitlines()[0]}",
+                            dataset=self.ref.dataset, shard=self.ref.display) from e
+        if columns is not None:
+            found = found.select(columns)
+        if len(unique) != len(rows) or (unique != physical).any():
+            found = take_table(found, where.astype(np.int64))
+        return mark(found.replace_schema_metadata(None))
+
+    def read_payloads(self, rows: np.ndarray) -> list[dict]:
+        table = self.read_table(rows)
+        return payload_rows(table, table.column_names)
+
+    def close(self) -> None:
+        self._file = None
+
+
+class LanceFormat(ShardFormat):
+    name = "lance"
+    suffixes = ()  # a Lance dataset is found by its _versions/ manifests, not by file names
+    capabilities = Capabilities()
+    extra = "lance"
+
+    def own_index(self, root: RootView) -> list[ShardEntry] | None:
+        if root.index is not None:
+            return None  # another format's index
+        loc = root.location
+        try:
+            listed = loc.fs.ls(loc.path("_versions"), detail=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        newest = newest_manifest([str(n) for n in listed])
+        if newest is None:
+            return None
+        version, name = newest
+        where = f"dataset {root.dataset!r} at {loc.display()} (Lance version {version})"
+        try:
+            metas = _fragments(loc.read_bytes(f"_versions/{name}"), name)
+        except (OSError, ValueError, RuntimeError) as e:
+            raise DataError(f"the Lance manifest cannot be read: {str(e).splitlines()[0]}",
+                            dataset=root.dataset, shard=loc.display(f"_versions/{name}")) from e
+        out = []
+        for meta in metas:
+            data, deletion = _check(meta, where)
+            deleted = meta.deletion_file.num_deleted_rows if deletion else 0
+            size = meta.files[0].file_size_bytes
+            out.append(ShardEntry(
+                f"data/{data}", int(meta.physical_rows) - int(deleted),
+                nbytes=int(size) if size else None,
+                version=f"lance:v{version}" if size else None,
+                facts={"physical_rows": int(meta.physical_rows), "deletion": deletion,
+                       "manifest": f"_versions/{name}", "version": version}))
+        return out
+
+    def count(self, ref: ShardRef, res: Resources, *, keep: bool) -> ShardStats:
+        reader = LanceShardReader(ref, res)
+        try:
+            return ShardStats(reader.rows, ref.size)
+        finally:
+            reader.close()
+
+    def open(self, ref: ShardRef, res: Resources) -> LanceShardReader:
+        return LanceShardReader(ref, res)
+
+
+LANCE = LanceFormat()

@@ -64,10 +64,9 @@ class Pipeline:
             self._runtime = None
 
     def _append(self, op: BaseOp) -> Pipeline:
-        if any(isinstance(o, BatchOp) for o in self._ops) and not getattr(op, "after_batch_ok", False):
-            if not isinstance(op, MapBatchOp):
-                warnings.warn(f"{op.op_name} placed after batch: it will see SampleBatch items",
-                              stacklevel=3)
+        if any(isinstance(o, BatchOp) for o in self._ops) and not isinstance(op, MapBatchOp):
+            warnings.warn(f"{op.op_name} placed after batch: it will see SampleBatch items",
+                          stacklevel=3)
         self._ops.append(op)
         self._validated = False
         self._changed()
@@ -576,9 +575,6 @@ class Pipeline:
 
             auto_validate(self)  # options(auto_validation=...): strict raises, warn warns
             self._validated = True
-        from zephon.ops.recipes import mark_needs
-
-        mark_needs(self._ops)
         self._runtime = Session(self)
         return iter(self._runtime)
 
@@ -613,9 +609,10 @@ class Pipeline:
             CheckpointError: Malformed, altered, or taken by a different pipeline (the message
                 names the field or the difference).
         """
-        from zephon.engine.checkpoint import validate_checkpoint
+        from zephon.engine.checkpoint_view import view_of
+        from zephon.state.checkpoint import validate_checkpoint
 
-        doc = validate_checkpoint(state, self)
+        doc = validate_checkpoint(state, view_of(self))
         self._changed()
         self._pending_restore = doc
         return self

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from zephon._ext import compiled, fallback
+from zephon._ext.packing_algorithms import ALGORITHMS
 
 MAX_LEN = 2049
 NUM_BINS = 64
@@ -129,7 +130,7 @@ def test_pack_core_kernel(benchmark, impl, algorithm):
     ids = np.arange(len(lengths), dtype=np.int64)
 
     def go():
-        core = mod.PackCore(algorithm, MAX_LEN, NUM_BINS if algorithm < 2 else 1, 1, 0, False,
+        core = mod.PackCore(ALGORITHMS[algorithm], MAX_LEN, NUM_BINS if algorithm < 2 else 1, 1, 0, False,
                             algorithm < 2, 1024, 8192)
         core.push(lengths, ids)
         core.flush()

@@ -121,7 +121,7 @@ def test_cut_conversations_keep_their_mask(chatml, data, algorithm, flat):
     """Packers that cut records carry each piece's mask with its tokens: every segment (named
     by the row's recipe: record, first token, length) holds its conversation's ids and mask
     over that range."""
-    from zephon.engine.refs import RECIPE_COLUMN
+    from zephon.state.refs import RECIPE_COLUMN
 
     ws = StaticMixtureWorkSource([Dataset.from_path("a", data["a"])], {"a": 1.0},
                                  chunk_size=32, seed=5)

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zephon._ext import compiled, fallback
+from zephon._ext.packing_algorithms import ALGORITHMS
 
 pytestmark = pytest.mark.skipif(compiled("packing") is None, reason="packing extension not built")
 
@@ -17,7 +18,7 @@ def core_config(draw):
     algo = draw(st.integers(0, 3))
     L = draw(st.integers(1, 40))
     # max_segs (the fifth) caps segments per bin in every algorithm (0: no cap)
-    return (algo, L, draw(st.integers(1, 5)) if algo < 2 else 1,
+    return (ALGORITHMS[algo], L, draw(st.integers(1, 5)) if algo < 2 else 1,
             draw(st.integers(1, min(L, 6))), draw(st.integers(0, 4)),
             draw(st.booleans()), draw(st.booleans()), draw(st.integers(0, 8)),
             draw(st.integers(1, 30)))
@@ -56,7 +57,7 @@ def test_large_random_stream_agrees():
     lengths = np.minimum(rng.lognormal(5, 1, 3000).astype(np.int64), 3000)
     ids = np.arange(len(lengths), dtype=np.int64)
     for algo, cap in [(a, c) for a in range(4) for c in (0, 3)]:
-        cfg = (algo, 512, 8 if algo < 2 else 1, 4, cap, algo == 1, algo < 2, 64, 200)
+        cfg = (ALGORITHMS[algo], 512, 8 if algo < 2 else 1, 4, cap, algo == 1, algo < 2, 64, 200)
         c, f = compiled("packing").PackCore(*cfg), fallback("packing").PackCore(*cfg)
         for chunk in np.array_split(np.arange(len(lengths)), 7):
             _same(c.push(lengths[chunk], ids[chunk]), f.push(lengths[chunk], ids[chunk]))
@@ -66,10 +67,10 @@ def test_large_random_stream_agrees():
 @pytest.mark.parametrize("mod", ["cython", "numpy"])
 def test_rejects_negative_lengths_and_bad_config(mod):
     m = compiled("packing") if mod == "cython" else fallback("packing")
-    core = m.PackCore(0, 10, 2, 1, 0, False, True, 0, 1)
+    core = m.PackCore("first_fit", 10, 2, 1, 0, False, True, 0, 1)
     with pytest.raises(ValueError, match="negative"):
         core.push(np.array([3, -1], np.int64), np.array([0, 1], np.int64))
     with pytest.raises(ValueError, match="equal lengths"):
         core.push(np.array([3], np.int64), np.array([0, 1], np.int64))
     with pytest.raises(ValueError):
-        m.PackCore(7, 10, 2, 1, 0, False, True, 0, 1)
+        m.PackCore("next_fit", 10, 2, 1, 0, False, True, 0, 1)

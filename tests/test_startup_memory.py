@@ -94,3 +94,17 @@ def test_snapshot_reports_memory_without_a_budget(corpus_dir, tokenizer_path):
     mem = p.metrics_snapshot()["memory"]
     p.close()
     assert mem["budget_bytes"] is None and "share" not in mem and mem["pss_bytes"] > 0
+
+
+def test_open_packing_rows_count_in_the_memory_plan(corpus_dir, tokenizer_path):
+    """Each stateful operator states what a lane holds at most (``held_bound``): the shuffle
+    buffer in records, the open packing rows in tokens (counted as none before)."""
+    from zephon.engine.memory import held_records
+    from zephon.engine.plan import compile_plan
+
+    p = _make(corpus_dir, tokenizer_path, "split+shuffle+mixture+best_fit")
+    serial = compile_plan(p._all_ops()).serial_ops
+    shuffle, pack = (next(op for op in serial if op.op_name == n) for n in ("shuffle", "pack_flat"))
+    records, tokens = held_records(serial)
+    assert records >= shuffle.buffer_size
+    assert tokens == pack.packer_config["num_bins"] * pack.max_length > 0

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from zephon import Pipeline, synthetic
-from zephon.engine.checkpoint import fingerprint
+from zephon.engine.checkpoint_view import fingerprint
 from zephon.io import DataError, Dataset, InMemoryShard
 from zephon.work import StaticMixtureWorkSource
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from zephon import Pipeline, synthetic
-from zephon.engine.checkpoint import fingerprint
+from zephon.engine.checkpoint_view import fingerprint
 from zephon.io import Dataset, InMemoryShard
 from zephon.work import StaticMixtureWorkSource
 

@@ -21,6 +21,10 @@ from test_user_ops_helpers import (
     stream,
 )
 
+from zephon.engine.chain import LaneChain
+from zephon.engine.plan import compile_plan
+from zephon.ops import OpContext
+
 CUTS = [0, 1, 2, 3, 5, 8, 13]
 
 
@@ -78,7 +82,12 @@ def test_rows_of_the_last_serial_op_carry_no_recipe():
     with_batch.close()
     alone = make_pipeline(0).add_op("gsum", process_many=group_sum, preserves_cursor_order=True,
                                     accumulator=counting3).map_transform(lambda p: p)
-    assert list(alone) and alone._ops[0].emit_recipes is False  # nothing downstream holds rows
+    assert list(alone)
+    # nothing downstream holds rows: the plan says so, and the op's lanes are told
+    plan = compile_plan(alone._all_ops())
+    assert plan.recipes_needed == [False, False]
+    assert LaneChain(plan, 0, OpContext()).stages[0].emit_recipes is False
+    assert compile_plan(with_batch._all_ops()).recipes_needed == [True, False]
 
 
 def test_custom_grouping_accumulator_is_restored_from_its_held_records():

@@ -1,8 +1,8 @@
 """Zephon: a high-throughput, deterministic data loader for training foundation models."""
 
-from zephon.engine.gather import merge_checkpoints
-from zephon.ops.errors import CheckpointError
+from zephon.errors import CheckpointError
 from zephon.pipeline import Pipeline
+from zephon.state.checkpoint import merge_checkpoints
 from zephon.types import SampleBatch
 
 __version__ = "0.3.0.dev0"

@@ -15,8 +15,9 @@ from __future__ import annotations
 import numbers
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
-__all__ = ["parse_size_bytes", "check_int", "parse_env_int"]
+__all__ = ["parse_size_bytes", "check_int", "parse_env_int", "parse_store_uri"]
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _SIZE_RE = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)\s*(?:([kmgt])(?:i?b)?|b)?$", re.IGNORECASE)
@@ -80,3 +81,27 @@ def parse_env_int(text: str, name: str, minimum: int | None = None) -> int:
     if not _INT_RE.match(stripped):
         raise ValueError(f"{name} must be a whole number, got {text!r}")
     return check_int(int(stripped), name, minimum)  # type: ignore[return-value]
+
+
+def parse_store_uri(uri: Any) -> tuple[str, int] | None:
+    """``"torch://"`` -> None (``MASTER_ADDR``/``MASTER_PORT`` when used), ``"torch://h:p"``
+    -> (h, p). Anything else is refused with ``ValueError`` (``TypeError`` for non-strings)."""
+    if not isinstance(uri, str):
+        raise TypeError(f"aggregate_store must be a string such as 'torch://', got "
+                        f"{type(uri).__name__}")
+    parts = urlsplit(uri)
+    if parts.scheme != "torch":
+        raise ValueError(f"aggregate_store {uri!r}: only torch:// stores are supported")
+    if parts.username or parts.password or parts.path not in ("", "/") or parts.query \
+            or parts.fragment:
+        raise ValueError(f"aggregate_store {uri!r}: give only torch:// or torch://host:port "
+                         "(no credentials, path or query)")
+    if not parts.netloc:
+        return None
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if not parts.hostname or port is None or not 0 < port < 65536:
+        raise ValueError(f"aggregate_store {uri!r}: needs host:port with a port in 1..65535")
+    return parts.hostname, port

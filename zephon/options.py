@@ -12,7 +12,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from zephon.option_values import check_int, parse_env_int, parse_size_bytes
+from zephon.option_values import check_int, parse_env_int, parse_size_bytes, parse_store_uri
 
 IpcTransport = Literal["socketpair", "pipe"]
 
@@ -181,8 +181,6 @@ class RuntimeOptions:
 
             value = coerce(value)  # a bad config fails here, not at the first batch
         if name == "aggregate_store" and value is not None:
-            from zephon.engine.store_gather import parse_store_uri
-
             parse_store_uri(value)  # a bad URI fails here, not at the first checkpoint
         return value
 

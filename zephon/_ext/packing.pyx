@@ -14,13 +14,13 @@ from libc.stdint cimport int64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy
 
-ALGORITHMS = ("first_fit", "best_fit", "wrap", "best_fit_wrap")
+from zephon._ext.packing_algorithms import ALGORITHMS, code
 
-cdef enum:
-    FIRST_FIT = 0
-    BEST_FIT = 1
-    WRAP = 2
-    BEST_FIT_WRAP = 3
+# the algorithms by their place in the one list (``packing_algorithms.ALGORITHMS``)
+cdef int FIRST_FIT = ALGORITHMS.index("first_fit")
+cdef int BEST_FIT = ALGORITHMS.index("best_fit")
+cdef int WRAP = ALGORITHMS.index("wrap")
+cdef int BEST_FIT_WRAP = ALGORITHMS.index("best_fit_wrap")
 
 cdef struct Vec:
     int64_t* data
@@ -83,12 +83,12 @@ cdef class PackCore:
     cdef int64_t pool_tokens, arrivals
     cdef Vec o_off, o_rec, o_start, o_len, o_pad, o_drop
 
-    def __cinit__(self, int algorithm, int64_t max_length, int64_t num_bins, int64_t min_len,
+    def __cinit__(self, str algorithm, int64_t max_length, int64_t num_bins, int64_t min_len,
                   int64_t max_segs, bint fullest, bint drop_oversized, int64_t pool_size,
                   int64_t max_age):
-        if algorithm < 0 or algorithm > 3 or max_length < 1 or num_bins < 1 or min_len < 1:
+        if max_length < 1 or num_bins < 1 or min_len < 1:
             raise ValueError("invalid packing configuration")
-        self.algo = algorithm
+        self.algo = code(algorithm)
         self.max_length, self.num_bins, self.min_len = max_length, num_bins, min_len
         self.max_segs, self.pool_size, self.max_age = max_segs, max(pool_size, 0), max_age
         self.fullest, self.drop_oversized = fullest, drop_oversized

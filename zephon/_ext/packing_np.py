@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import numpy as np
 
-ALGORITHMS = ("first_fit", "best_fit", "wrap", "best_fit_wrap")
-FIRST_FIT, BEST_FIT, WRAP, BEST_FIT_WRAP = range(4)
+from zephon._ext.packing_algorithms import ALGORITHMS, code
+
+FIRST_FIT, BEST_FIT, WRAP, BEST_FIT_WRAP = (
+    ALGORITHMS.index(n) for n in ("first_fit", "best_fit", "wrap", "best_fit_wrap"))
 
 
 class PackCore:
     """Open bins / wrap carry / candidate pool of one lane (see packer.py for the rules)."""
 
-    def __init__(self, algorithm: int, max_length: int, num_bins: int, min_len: int,
+    def __init__(self, algorithm: str, max_length: int, num_bins: int, min_len: int,
                  max_segs: int, fullest: bool, drop_oversized: bool, pool_size: int,
                  max_age: int) -> None:
-        if not 0 <= algorithm <= 3 or max_length < 1 or num_bins < 1 or min_len < 1:
+        if max_length < 1 or num_bins < 1 or min_len < 1:
             raise ValueError("invalid packing configuration")
-        self.algo = int(algorithm)
+        self.algo = code(algorithm)
         self.max_length, self.num_bins, self.min_len = int(max_length), int(num_bins), int(min_len)
         self.max_segs, self.pool_size, self.max_age = int(max_segs), max(int(pool_size), 0), int(max_age)
         self.fullest, self.drop_oversized = bool(fullest), bool(drop_oversized)

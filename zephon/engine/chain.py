@@ -4,17 +4,22 @@ from __future__ import annotations
 
 from zephon.block import Block
 from zephon.engine import metrics
-from zephon.ops.base import BaseOp, OpContext
+from zephon.engine.plan import Plan
+from zephon.ops.base import OpContext
 from zephon.ops.errors import wrap_op_error
 
 
 class LaneChain:
-    """Pushes a lane's blocks through its operators; stateless ones apply block by block."""
+    """Pushes a lane's blocks through the plan's serial stage; stateless operators there
+    apply block by block. Each stateful one gets a lane accumulator, told by the plan whether
+    a later operator may hold its rows (the ``"recipes_needed"`` service)."""
 
-    def __init__(self, ops: list[BaseOp], lane_id: int, ctx: OpContext) -> None:
-        self.ops = ops
+    def __init__(self, plan: Plan, lane_id: int, ctx: OpContext) -> None:
+        self.ops = plan.serial_ops
         self.lane_id = lane_id
-        self.stages = [op.new_lane(lane_id, ctx) if op.is_serial() else None for op in ops]
+        self.stages = [op.new_lane(lane_id, ctx.with_services(recipes_needed=needed))
+                       if op.traits().requires_serial_state else None
+                       for op, needed in zip(self.ops, plan.recipes_needed)]
 
     def push(self, block: Block) -> list[Block]:
         return self._run(0, [block])

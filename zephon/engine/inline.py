@@ -11,6 +11,7 @@ from zephon.engine.lane import held_by_op, prepare, round_robin
 from zephon.engine.lane_plan import LanePlan
 from zephon.io.ahead import read_ahead
 from zephon.ops.base import OpContext, StageInfo
+from zephon.ops.fetch import FetchOp
 
 
 class InlineEngine:
@@ -27,7 +28,8 @@ class InlineEngine:
         blocks = iter(self.lane_plan.pointer_blocks(lane))
         # one pointer block of look-ahead: fetch tells the datasets what the next block reads,
         # so Parquet row groups decode on the read-ahead thread while this block is processed
-        hint = getattr(ops[0], "read_ahead", None) if ops and read_ahead.enabled else None
+        hint = ops[0].read_ahead if ops and isinstance(ops[0], FetchOp) and read_ahead.enabled \
+            else None
         block = next(blocks, None)
         while block is not None:
             following = next(blocks, None)

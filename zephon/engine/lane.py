@@ -12,6 +12,7 @@ from zephon.engine.chain import LaneChain
 from zephon.engine.plan import Plan
 from zephon.ops.base import OpContext
 from zephon.ops.errors import wrap_op_error
+from zephon.state.restore import Rederive, restore_chain
 from zephon.types import SampleBatch, records_from_block
 
 
@@ -26,6 +27,14 @@ def apply_ops(ops, block: Block) -> Block | None:
         if block is None or not len(block):
             return None
     return block
+
+
+def rederive(lane_plan, lane_id: int) -> Rederive:
+    """What restore needs to make a lane's held records again: its chunks, the worker stage."""
+    ws, L = lane_plan.work_source, lane_plan.canonical_replicas
+    worker_ops = lane_plan.plan.worker_ops
+    return Rederive(lane_id, lambda chunk_id: ws.lane_chunk(lane_id, L, chunk_id),
+                    lambda block: apply_ops(worker_ops, block))
 
 
 class Prepared(NamedTuple):
@@ -70,7 +79,7 @@ class LaneRunner:
         self.lane_plan = lane_plan
         self.lane_id = lane_id
         self.prepared = prepared
-        self.chain = LaneChain(plan.serial_ops, lane_id, ctx)
+        self.chain = LaneChain(plan, lane_id, ctx)
         self.ready: deque = deque()
         self.done = False
         self.position: tuple[int, int] = (0, 0)
@@ -80,11 +89,9 @@ class LaneRunner:
         self._skip = 0
         self._restored = restore
         if restore is not None:
-            from zephon.engine.restore import restore_chain
-
             base = restore["base"]
             self.position = tuple(base["position"])
-            restore_chain(self.chain, base["ops"], lane_plan, lane_id)
+            restore_chain(self.chain, base["ops"], rederive(lane_plan, lane_id))
             self._skip = int(restore["skip"])
             self.delivered = int(restore.get("delivered", 0))
 

@@ -53,14 +53,9 @@ def held_records(ops) -> tuple[int, int]:
     """(records held by stateful operators at most, token rows of open packing bins)."""
     records = tokens = 0
     for op in ops:
-        name = op.op_name
-        if name == "shuffle":
-            records += int(getattr(op, "buffer_size", 0) or 0)
-        elif name == "ensure_mixture":
-            records += int(getattr(op, "max_buffer_size", 0) or 0)
-        elif name in ("pack_flat", "pack_sequences"):
-            cfg = getattr(op, "packer_config", None)
-            tokens += int(getattr(cfg, "num_bins", 0) or 0) * int(getattr(op, "max_length", 0))
+        if op.traits().requires_serial_state:
+            r, t = op.held_bound()
+            records, tokens = records + r, tokens + t
     return records, tokens
 
 

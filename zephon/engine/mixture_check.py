@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from zephon.ops.ensure_mixture import EnsureMixtureOp
+
 DEFAULT_TOLERANCE = 0.05
 DEFAULT_WINDOW = {"tokens": 1 << 20, "records": 10_000}
 
@@ -83,8 +85,8 @@ def build(pipeline: Any, names: list[str], observer: Any,
     tolerance, source = opts.resolve("mixture_tolerance")
     window = opts.resolve("mixture_window")[0]
     ws = pipeline.work_source
-    mixer = next((op for op in reversed(pipeline._ops) if op.op_name == "ensure_mixture"
-                  and hasattr(op, "target")), None)
+    mixer = next((op for op in reversed(pipeline._ops) if isinstance(op, EnsureMixtureOp)),
+                 None)
     if mixer is not None:
         target = dict(mixer.target)
         unit = mixer.unit  # None: weights of the user's own measure, which we cannot count

@@ -135,7 +135,7 @@ def _tokenize_index(ops: list, te) -> int | None:
 def estimate_key(ds, pre: list, tok, te) -> str | None:
     """The cache key of a dataset's figure, None where the dataset has no stable identity
     (in-memory data, a measure callable: cheap to measure again, costly to identify)."""
-    from zephon.engine.checkpoint import op_fingerprint
+    from zephon.state.fingerprint import op_fingerprint
 
     if ds.url is None or te.measure is not None:
         return None

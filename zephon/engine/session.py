@@ -53,7 +53,7 @@ class Session:
         self.topology = resolve_topology(opts)
         store = opts.get("aggregate_store")
         if store and self.topology.world_size > 1:  # unreachable: say so now, not at a checkpoint
-            from zephon.engine.store_gather import client
+            from zephon.state.store_gather import client
 
             client(str(store), float(opts.get("aggregate_timeout_s")))
         self.plan = compile_plan(pipeline._all_ops())
@@ -86,9 +86,11 @@ class Session:
         self.final_states: dict[int, dict | None] | None = None
         self.restore_states: dict[int, dict | None] = {}
         if pipeline._pending_restore is not None:
-            from zephon.engine.checkpoint import lane_states
+            from zephon.engine.checkpoint_view import view_of
+            from zephon.state.checkpoint import lane_states
 
-            self.restore_states = lane_states(pipeline._pending_restore, pipeline)
+            self.restore_states = lane_states(pipeline._pending_restore,
+                                              view_of(pipeline, self.topology))
 
     def lane_plan(self) -> LanePlan:
         topo = self.topology
@@ -302,10 +304,11 @@ class Session:
 
 def checkpoint_of(pipeline) -> dict:
     """The checkpoint at the delivered position (or the pending restore, or the start)."""
-    from zephon.engine import checkpoint
-    from zephon.engine.gather import gather
+    from zephon.engine.checkpoint_view import view_of
     from zephon.engine.priming import prime
     from zephon.engine.topology import resolve_topology
+    from zephon.state import checkpoint
+    from zephon.state.gather import gather
 
     if pipeline._pending_restore is not None:
         return pipeline._pending_restore
@@ -315,6 +318,6 @@ def checkpoint_of(pipeline) -> dict:
         states = {lane: None for lane in topo.owned_lanes}
     else:
         states = pipeline._runtime.lane_states()
-    local = checkpoint.build(pipeline, topo.canonical_replicas, states)
+    local = checkpoint.build(view_of(pipeline, topo), states)
     pipeline._checkpoint_round = getattr(pipeline, "_checkpoint_round", 0) + 1
     return gather(local, pipeline._options, topo, pipeline._checkpoint_round)

@@ -1,24 +1,18 @@
 """Operator API: the classes built-in and user operators are made of."""
 
-from zephon.ops.base import (
+from zephon.ops.accumulators import (
     Accumulator,
-    BaseOp,
     CountingAccumulator,
-    LaneAccumulator,
-    MissingFieldMode,
-    OpContext,
-    OpTraits,
-    PackingAlgorithm,
     PassthroughAccumulator,
     ReadyBatch,
-    SpanSource,
-    SpecialTokensMode,
-    StageInfo,
 )
+from zephon.ops.base import BaseOp, LaneAccumulator, OpContext, StageInfo
 from zephon.ops.children import pack_meta, spawn_child, tombstone_meta
 from zephon.ops.errors import CheckpointError, OperatorError, ZephonError
 from zephon.ops.map_transform import UserFunctionError
+from zephon.ops.modes import MissingFieldMode, PackingAlgorithm, SpanSource, SpecialTokensMode
 from zephon.ops.pack_groups import DomainGroups
+from zephon.ops.traits import OpTraits
 
 __all__ = [
     "Accumulator", "BaseOp", "CheckpointError", "CountingAccumulator", "DomainGroups", "LaneAccumulator",

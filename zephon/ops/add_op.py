@@ -6,8 +6,11 @@ Both forms end up as a ``UserOp``, the engine face of a record-level operator:
   runs on each block in the worker processes, like ``map_transform``;
 - with any other accumulator (or ``requires_serial_state``) it is serial: one ``RecordLane`` per
   lane in the coordinator groups records and runs ``process_many`` on each ready group. Its
-  output rows carry recipes (``zephon.ops.recipes``) so that a downstream buffer holding them
+  output rows carry recipes (``zephon.state.recipes``) so that a downstream buffer holding them
   can be checkpointed and restored exactly.
+
+Which of the two it is, is settled when the operator is added (the accumulator is probed once)
+and declared in its ``OpTraits``; the engine reads nothing else.
 """
 
 from __future__ import annotations
@@ -15,39 +18,27 @@ from __future__ import annotations
 import copy
 import inspect
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import replace
 from typing import Any
 
 from zephon.block import Block
-from zephon.ops import recipes
+from zephon.ops.accumulators import Accumulator, PassthroughAccumulator
 from zephon.ops.base import (
-    Accumulator,
     BaseOp,
     LaneAccumulator,
     OpContext,
+    Operator,
     OpTraits,
-    PassthroughAccumulator,
     StageInfo,
+    StatefulOp,
+    StatelessOp,
 )
+from zephon.ops.record_accumulator import RecordLane
 from zephon.ops.user_calls import call_user, elements_of, to_blocks, user_outputs
+from zephon.state import recipes
 from zephon.types import records_from_block
 
 _UNSET: Any = object()
-
-
-def _describe(v: Any) -> Any:
-    """A stable, JSON-able description of a configuration value (for checkpoint fingerprints)."""
-    if v is None or isinstance(v, (bool, int, float, str)):
-        return v
-    if isinstance(v, (list, tuple)):
-        return [_describe(x) for x in v]
-    if isinstance(v, dict):
-        return {str(k): _describe(x) for k, x in v.items()}
-    if isinstance(v, OpTraits):
-        return asdict(v)
-    if callable(v):
-        return f"{getattr(v, '__module__', '?')}.{getattr(v, '__qualname__', type(v).__name__)}"
-    return type(v).__qualname__
 
 
 def call_factory(factory: Any, *, deterministic: bool, ctx: OpContext) -> Accumulator:
@@ -99,8 +90,9 @@ class FunctionOp(BaseOp):
         return list(s()) if callable(s) else (list(s) if s is not None else None)
 
 
-class UserOp(BaseOp):
-    """Runs a user ``BaseOp`` inside the engine (see the module docstring)."""
+class UserOp(StatelessOp, StatefulOp):
+    """Runs a user ``BaseOp`` inside the engine (see the module docstring): a stateless
+    operator, or with a grouping accumulator a stateful one (``traits()`` says which)."""
 
     def __init__(self, inner: BaseOp, name: str, *, function_form: bool,
                  auto_validate: bool = True) -> None:
@@ -113,24 +105,19 @@ class UserOp(BaseOp):
         self.function_form = function_form
         self.auto_validate = auto_validate
         self.op_traits = traits
-        self.emit_recipes = True  # the pipeline turns this off when no serial op follows
         probe = None
         if type(inner).accumulator is not BaseOp.accumulator:
             probe = self.new_accumulator(OpContext(StageInfo(0, "build", 0)))
         self.serial = traits.requires_serial_state or (
             probe is not None and type(probe) is not PassthroughAccumulator)
-        self._fingerprint = self._describe_config()
+        # serial rows are rebuilt from recipes on restore; stateless ones by re-running
+        self._traits = replace(traits, requires_serial_state=self.serial,
+                               combines_records=self.serial)
+        self._fingerprint = inner.fingerprint()  # now: what setup() loads is not config
         self._ready = False
 
-    def _describe_config(self) -> dict:
-        inner = self.inner
-        conf = {k: _describe(v) for k, v in sorted(vars(inner).items())
-                if not k.startswith("_") and k not in ("stage_info", "name")}
-        return {"class": _describe(type(inner)), "traits": asdict(self.op_traits),
-                "config": conf}
-
     def fingerprint(self) -> dict:
-        return self._fingerprint  # taken at construction: what setup() loads is not config
+        return self._fingerprint
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -140,10 +127,7 @@ class UserOp(BaseOp):
     # -- the record face, forwarded --------------------------------------------------------
 
     def traits(self) -> OpTraits:
-        return self.op_traits
-
-    def process_many(self, elems: list) -> list:
-        return self.inner.process_many(elems)
+        return self._traits
 
     def validation_samples(self) -> list | None:
         return self.inner.validation_samples()
@@ -168,19 +152,14 @@ class UserOp(BaseOp):
 
     # -- the block face --------------------------------------------------------------------
 
-    @property
-    def combines_records(self) -> bool:
-        """Serial rows are rebuilt from recipes on restore; stateless ones by re-running."""
-        return self.serial
-
-    def is_serial(self) -> bool:
-        return self.serial
-
     def new_lane(self, lane_id: int, ctx: OpContext) -> LaneAccumulator:
-        from zephon.ops.record_accumulator import RecordLane
-
         self._ensure_setup()
         return RecordLane(self, lane_id, ctx)
+
+    def check_state(self, state, view, field: str) -> None:
+        from zephon.state import checkpoint_ops
+
+        checkpoint_ops.record_state(self, state, view, field)
 
     def run_group(self, elems: list, single: Callable[[int], tuple] | None,
                   lane_id: int | None = None) -> list[Block]:
@@ -233,7 +212,7 @@ def build_add_op(op_or_name: Any = None, *, name: Any = _UNSET, process_many: An
                  parallelism: Any = _UNSET, placement: str = "auto", indexable: Any = _UNSET,
                  batch_shape_sensitive: Any = _UNSET, requires_serial_state: Any = _UNSET,
                  stall_on_epoch_boundary: Any = _UNSET,
-                 calibration_replayable: Any = _UNSET) -> BaseOp:
+                 calibration_replayable: Any = _UNSET) -> Operator:
     """The operator ``Pipeline.add_op`` appends (see ``Pipeline.add_op`` for the forms)."""
     given = {k: v for k, v in dict(
         process_many=process_many, preserves_cursor_order=preserves_cursor_order,
@@ -244,12 +223,13 @@ def build_add_op(op_or_name: Any = None, *, name: Any = _UNSET, process_many: An
         calibration_replayable=calibration_replayable).items() if v is not _UNSET}
     if isinstance(op_or_name, type):
         raise TypeError(f"add_op needs an instance of {op_or_name.__name__}, not the class")
-    if isinstance(op_or_name, BaseOp):
+    if isinstance(op_or_name, Operator):
         if given:
             raise ValueError(f"add_op(op): {sorted(given)} cannot be combined with an operator "
                              "instance; set them in its traits() / methods")
         op_name = op_or_name.op_name if name is _UNSET or name is None else str(name)
-        if not _speaks_records(op_or_name):  # implements the engine's block face itself
+        if not isinstance(op_or_name, BaseOp) or not _speaks_records(op_or_name):
+            # implements the engine's block face itself
             op_or_name.name = op_name
             return op_or_name
         return UserOp(op_or_name, op_name, function_form=False)
@@ -286,6 +266,4 @@ def build_add_op(op_or_name: Any = None, *, name: Any = _UNSET, process_many: An
 
 
 def _speaks_records(op: BaseOp) -> bool:
-    t = type(op)
-    return (t.is_serial is BaseOp.is_serial and t.new_lane is BaseOp.new_lane
-            and t.process_block is BaseOp.process_block)
+    return type(op).process_block is BaseOp.process_block

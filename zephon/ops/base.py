@@ -1,63 +1,32 @@
-"""The operator API: what built-in and user operators are made of.
+"""The operator contract: what the engine calls, and the record-level adapter user code subclasses.
 
-An operator has two faces. The record face (``process_many`` over ``SampleRecord`` lists, an
-``Accumulator`` deciding groups) is the public API of the reference library, so user operators
-written for it run unchanged. The block face (``process_block``; a per-lane
-``LaneAccumulator`` over columnar blocks) is what the engine calls: built-in operators override
-it to work on columns, and the default implementation adapts the record face to it.
+The engine runs ``Operator``s of two kinds, told apart by ``OpTraits.requires_serial_state``:
+
+- a ``StatelessOp`` is a function of each block (``process_block``), run in the worker stage
+  (or between serial operators) on any number of processes;
+- a ``StatefulOp`` keeps per-lane state: ``new_lane`` gives the ``LaneAccumulator`` the engine
+  pushes a lane's blocks into, in order, and checkpoints (``get_state`` / ``set_state``).
+
+Every operator states its ``traits()`` (what the planner and restore read) and its
+``fingerprint()`` (every setting that changes the data; a checkpoint is refused by a pipeline
+whose fingerprint differs). Operators are configured once, in ``__init__``, and never changed
+while they run; per-lane run state lives in the lane accumulators.
+
+``BaseOp`` is the reference library's record-level face (``process_many`` over
+``SampleRecord``s, an ``Accumulator`` grouping them): an adapter onto the block face, so user
+operators written for the reference run unchanged (``add_op`` wraps them in ``UserOp``).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any
 
 from zephon.block import Block
-from zephon.types import SampleBatch, SampleRecord, block_from_records, records_from_block
-
-PackingAlgorithm = Literal["first_fit", "best_fit", "wrap", "best_fit_wrap"]
-"""The ``algorithm`` of ``pack_flat`` / ``pack_sequences``."""
-SpecialTokensMode = Literal["bos_eos", "bos", "eos", "none", "tokenizer_default"]
-"""The ``special_tokens`` of ``tokenize``: which markers bracket each document."""
-MissingFieldMode = Literal["error", "empty"]
-"""The ``missing_field`` of ``tokenize``: a record without the text field raises, or counts as
-empty text."""
-SpanSource = Literal["auto", "generation_tags", "prefix_diff"]
-"""Where a chat template's assistant spans come from (kept for the reference's API)."""
-T = TypeVar("T")  # the element type: SampleRecord before ``batch``, SampleBatch after it
-ReadyBatch = tuple[list[T], int]  # (elements, nanoseconds the first of them waited)
-"""A group an ``Accumulator`` releases: ``(elements, nanoseconds the first of them waited)``."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class OpTraits:
-    """Static facts the planner needs about an operator (keyword-only).
-
-    Args:
-        preserves_cursor_order: Outputs keep the order of their inputs' cursors; ``False``
-            when records are held back, reordered or combined.
-        indexable: The operator keeps map-style access possible (kept for the reference's
-            API).
-        parallelism: Shown in ``explain()``.
-        batch_shape_sensitive: The output depends on how records are grouped.
-        requires_serial_state: The operator needs state across calls (runs serially).
-        stall_on_epoch_boundary: Refused: Zephon has no periodic flush to stall on.
-        calibration_replayable: Running the operator on one record at a time, with no
-            accumulator, gives the same payloads and record counts as a real run (order may
-            differ), so token-aware priming may replay it between fetch and tokenize.
-    """
-
-    preserves_cursor_order: bool
-    indexable: bool = True
-    parallelism: int = 1
-    batch_shape_sensitive: bool = False
-    requires_serial_state: bool = False
-    stall_on_epoch_boundary: bool = False
-    # True promises that running the operator on one record at a time, with no accumulator,
-    # gives the same payloads and record counts as a real run (order may differ): token-aware
-    # priming may then replay it between fetch and tokenize (engine/priming.py)
-    calibration_replayable: bool = False
+from zephon.ops.accumulators import Accumulator, PassthroughAccumulator
+from zephon.ops.traits import OpTraits, declared
+from zephon.types import SampleBatch, block_from_records, records_from_block
 
 
 @dataclass(frozen=True)
@@ -78,7 +47,8 @@ class StageInfo:
 
 
 class OpContext:
-    """Runner services handed to ``setup`` (worker id, process kind, stage info).
+    """Runner services handed to ``setup`` and ``new_lane`` (worker id, runner, stage info;
+    for a lane, ``"recipes_needed"``: whether a later serial operator may hold its rows).
 
     Args:
         stage_info: Where the operator runs.
@@ -101,156 +71,16 @@ class OpContext:
         """
         return self._services.get(key, default)
 
-
-class Accumulator(ABC, Generic[T]):
-    """Record-level accumulator: decides which records are processed together (per lane).
-
-    Generic in the element type so typed operators can say ``Accumulator[SampleRecord]``."""
-
-    @abstractmethod
-    def push_many(self, elems: list[T]) -> list[ReadyBatch]:
-        """Take records (of any lanes) and release the groups that are ready.
+    def with_services(self, **services: Any) -> OpContext:
+        """A copy of this context with more (or other) services; this one is left as it is.
 
         Args:
-            elems: The records, in stream order.
+            **services: The services to add or replace.
 
         Returns:
-            Ready groups, each of one lane.
+            The new context.
         """
-
-    @abstractmethod
-    def flush(self, *, reset: bool = False, lane_id: int | None = None) -> list[ReadyBatch]:
-        """Release what is held (at the end of the stream, or of one lane).
-
-        Args:
-            reset: Also return the lane(s) to the fresh state.
-            lane_id: Only this lane (None: every lane).
-
-        Returns:
-            The released groups.
-        """
-
-    def has_pending_data(self, lane_id: int | None = None) -> bool:
-        """Whether records are held (the reference's default says none; override it when
-        yours holds any: the validator checks the answer).
-
-        Args:
-            lane_id: Only this lane (None: any lane).
-
-        Returns:
-            True when records are held.
-        """
-        return False
-
-
-class PassthroughAccumulator(Accumulator[T]):
-    """Each pushed group is one ready group; nothing is ever held."""
-
-    def push_many(self, elems: list) -> list[ReadyBatch]:
-        """The pushed records, as one group.
-
-        Args:
-            elems: The records.
-
-        Returns:
-            One group (none for no records).
-        """
-        return [(list(elems), 0)] if elems else []
-
-    def flush(self, *, reset: bool = False, lane_id: int | None = None) -> list[ReadyBatch]:
-        """Nothing to release.
-
-        Args:
-            reset: Ignored.
-            lane_id: Ignored.
-
-        Returns:
-            An empty list.
-        """
-        return []
-
-    def has_pending_data(self, lane_id: int | None = None) -> bool:
-        """Never holds anything.
-
-        Args:
-            lane_id: Ignored.
-
-        Returns:
-            False.
-        """
-        return False
-
-
-class CountingAccumulator(Accumulator[T]):
-    """Groups of at most ``max_batch`` records, buffered per lane (a group never mixes lanes).
-
-    Args:
-        max_batch: Records per group (at least 1).
-        max_latency_ms: Accepted for the reference's API; groups are released by count only,
-            so that they do not depend on timing.
-    """
-
-    def __init__(self, max_batch: int, max_latency_ms: float | None = None) -> None:
-        if max_batch < 1:
-            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
-        self.max_batch = int(max_batch)
-        self.max_latency_ms = max_latency_ms
-        self._buf: dict[int, list] = {}
-
-    def push_many(self, elems: list) -> list[ReadyBatch]:
-        """Buffer records per lane; release each lane's buffer when it reaches ``max_batch``.
-
-        Args:
-            elems: The records.
-
-        Returns:
-            The full groups.
-        """
-        out: list[ReadyBatch] = []
-        for e in elems:
-            lane = _lane_of(e)
-            buf = self._buf.setdefault(lane, [])
-            buf.append(e)
-            if len(buf) >= self.max_batch:
-                out.append((buf, 0))
-                self._buf[lane] = []
-        return out
-
-    def flush(self, *, reset: bool = False, lane_id: int | None = None) -> list[ReadyBatch]:
-        """Release the partial groups.
-
-        Args:
-            reset: The buffers are emptied either way.
-            lane_id: Only this lane (None: every lane).
-
-        Returns:
-            One group per lane that held records.
-        """
-        lanes = [lane_id] if lane_id is not None else sorted(self._buf)
-        out = [(self._buf.pop(lane), 0) for lane in lanes if self._buf.get(lane)]
-        return out
-
-    def has_pending_data(self, lane_id: int | None = None) -> bool:
-        """Whether records are buffered.
-
-        Args:
-            lane_id: Only this lane (None: any lane).
-
-        Returns:
-            True when records are buffered.
-        """
-        if lane_id is not None:
-            return bool(self._buf.get(lane_id))
-        return any(self._buf.values())
-
-
-def _lane_of(elem: Any) -> int:
-    if isinstance(elem, SampleRecord):
-        return elem.meta.lane_id
-    if isinstance(elem, SampleBatch):
-        lanes = elem.lane_ids
-        return lanes[0] if lanes else 0
-    raise TypeError(f"Unsupported element type {type(elem).__name__}: expected SampleRecord")
+        return OpContext(self.stage_info, **{**self._services, **services})
 
 
 class LaneAccumulator(ABC):
@@ -293,17 +123,99 @@ class LaneAccumulator(ABC):
         raise TypeError(f"{type(self).__name__} cannot be restored")
 
 
-class BaseOp(ABC):
-    """Base class of every operator. Subclasses implement ``traits`` and ``process_many``.
+class Operator(ABC):
+    """What the engine runs: a ``StatelessOp`` or a ``StatefulOp`` (see the module docstring).
 
-    ``__init__`` runs once in the training process (configuration only; it must be
-    picklable); ``setup`` runs once per worker process.
+    ``__init__`` runs once in the training process (configuration only; it must be picklable);
+    ``setup`` runs once per process that runs the operator.
     """
 
     name: str = ""
 
-    def __init_subclass__(cls, **kw: Any) -> None:
-        super().__init_subclass__(**kw)
+    @abstractmethod
+    def traits(self) -> OpTraits:
+        """The operator's ``OpTraits``."""
+
+    @abstractmethod
+    def fingerprint(self) -> dict:
+        """Every setting that changes the data, as JSON data (functions by qualified name):
+        what a checkpoint and a token-estimate cache entry are held against."""
+
+    @property
+    def op_name(self) -> str:
+        """The operator's name: ``name``, else the class name."""
+        return self.name or type(self).__name__
+
+    def setup(self, ctx: OpContext) -> None:
+        """Runs once per worker process before the first block (load heavy resources here).
+
+        Args:
+            ctx: Runner services (``ctx.get("worker_id")``); call ``super().setup(ctx)``.
+        """
+        self.stage_info = ctx.stage_info
+
+    # -- restore of rows an operator built (``OpTraits.combines_records``) ------------------------
+
+    def recipe_inputs(self, refs: dict) -> dict:
+        """Cursors of every input that the recipes in ``refs`` replay, once each."""
+        raise TypeError(f"operator {self.op_name} does not combine records")
+
+    def rebuild_rows(self, refs: dict, inputs: Block) -> Block:
+        """The rows ``refs`` names, built again from their ``recipe_inputs`` (``inputs``)."""
+        raise TypeError(f"operator {self.op_name} does not combine records")
+
+
+class StatelessOp(Operator):
+    """An operator that is a function of each block: it runs wherever the engine likes."""
+
+    @abstractmethod
+    def process_block(self, block: Block) -> Block | None:
+        """The operator on one block of records (a batch after ``batch``); None drops them all."""
+
+
+class StatefulOp(Operator):
+    """An operator with per-lane state (``OpTraits.requires_serial_state``), run serially."""
+
+    @abstractmethod
+    def new_lane(self, lane_id: int, ctx: OpContext) -> LaneAccumulator:
+        """A fresh accumulator for one lane (``ctx.get("recipes_needed")``: see
+        ``OpTraits.combines_records``)."""
+
+    def check_state(self, state: Any, view: Any, field: str) -> None:
+        """Refuse (``CheckpointError`` naming ``field``) a checkpoint state this operator's
+        accumulator could not have written; ``view`` is the lane's ``LaneView``
+        (``zephon.state.checkpoint_checks``). Default: the held cursors are checked, the rest
+        is the accumulator's own."""
+        from zephon.state import checkpoint_ops
+
+        checkpoint_ops.other_state(self, state, view, field)
+
+    def held_bound(self) -> tuple[int, int]:
+        """(records, tokens) a lane holds at most, for the memory plan; 0 where unknown."""
+        return 0, 0
+
+
+def run_on_records(op_name: str, block: Block, process_many: Any) -> Block:
+    """A record-level function (``process_many``) on a block: records (or one ``SampleBatch``
+    after ``batch``) in, a block out."""
+    if block.is_batch:
+        out = process_many([SampleBatch._from_block(block)])
+        if len(out) != 1 or not isinstance(out[0], SampleBatch):
+            raise TypeError(f"operator {op_name}: after batch, return a list of SampleBatch")
+        return out[0].block
+    out = process_many(records_from_block(block))
+    if not isinstance(out, list):
+        raise TypeError(f"operator {op_name}: process_many must return a list")
+    return block_from_records(out)
+
+
+class BaseOp(StatelessOp):
+    """Base class of record-level (user) operators. Subclasses implement ``traits`` and
+    ``process_many``; the block face is adapted from them.
+
+    ``__init__`` runs once in the training process (configuration only; it must be
+    picklable); ``setup`` runs once per worker process.
+    """
 
     @abstractmethod
     def traits(self) -> OpTraits:
@@ -320,16 +232,6 @@ class BaseOp(ABC):
             The output records: keep each record's ``meta`` and replace its ``payload``, or
             derive new metadata with ``spawn_child`` / ``pack_meta``.
         """
-
-    # -- lifecycle ------------------------------------------------------------------------------
-
-    def setup(self, ctx: OpContext) -> None:
-        """Runs once per worker process before the first block (load heavy resources here).
-
-        Args:
-            ctx: Runner services (``ctx.get("worker_id")``); call ``super().setup(ctx)``.
-        """
-        self.stage_info = ctx.stage_info
 
     def accumulator(self, *, deterministic: bool, ctx: OpContext) -> Accumulator:
         """The accumulator that groups this operator's records per lane (default: passthrough,
@@ -360,31 +262,13 @@ class BaseOp(ABC):
         validator's synthetic ``{"text": str, "value": int}`` records)."""
         return None
 
-    # -- block face (engine) --------------------------------------------------------------------
-
-    @property
-    def op_name(self) -> str:
-        """The operator's name: ``name``, else the class name."""
-        return self.name or type(self).__name__
-
-    def is_serial(self) -> bool:
-        """True when the operator keeps state across blocks (runs in the coordinator)."""
-        return False
-
-    def new_lane(self, lane_id: int, ctx: OpContext) -> LaneAccumulator:
-        """The block-level state of a stateful operator for one lane (built-in operators).
-
-        Args:
-            lane_id: The lane.
-            ctx: Runner services.
-
-        Returns:
-            The lane's accumulator.
-
-        Raises:
-            TypeError: The operator is stateless.
-        """
-        raise TypeError(f"operator {self.op_name} is stateless")
+    def fingerprint(self) -> dict:
+        """The operator's class, declared traits and public attributes (functions by
+        qualified name): a user operator's configuration is what ``__init__`` stored."""
+        conf = {k: describe(v) for k, v in sorted(vars(self).items())
+                if not k.startswith("_") and k not in ("stage_info", "name")}
+        return {"class": describe(type(self)), "traits": declared(self.traits()),
+                "config": conf}
 
     def process_block(self, block: Block) -> Block:
         """Default adapter: records in, records out, through ``process_many``.
@@ -395,17 +279,19 @@ class BaseOp(ABC):
         Returns:
             The output block.
         """
-        if block.is_batch:
-            out = self.process_many([SampleBatch._from_block(block)])
-            return _batch_result(out, self.op_name)
-        records = records_from_block(block)
-        out = self.process_many(records)
-        if not isinstance(out, list):
-            raise TypeError(f"operator {self.op_name}: process_many must return a list")
-        return block_from_records(out)
+        return run_on_records(self.op_name, block, self.process_many)
 
 
-def _batch_result(out: list, op_name: str) -> Block:
-    if len(out) != 1 or not isinstance(out[0], SampleBatch):
-        raise TypeError(f"operator {op_name}: after batch, return a list of SampleBatch")
-    return out[0].block
+def describe(v: Any) -> Any:
+    """A stable, JSON-able description of a user operator's configuration value."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, (list, tuple)):
+        return [describe(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): describe(x) for k, x in v.items()}
+    if isinstance(v, OpTraits):
+        return declared(v)
+    if callable(v):
+        return f"{getattr(v, '__module__', '?')}.{getattr(v, '__qualname__', type(v).__name__)}"
+    return type(v).__qualname__

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from zephon import accounting
 from zephon.block import Block
-from zephon.ops.base import BaseOp, LaneAccumulator, OpContext, OpTraits
+from zephon.ops.base import LaneAccumulator, OpContext, OpTraits, StatefulOp
+from zephon.state.refs import refs_of
 
 
-class BatchOp(BaseOp):
+class BatchOp(StatefulOp):
     name = "batch"
 
     def __init__(self, microbatch_size: int, *, drop_last: bool = False) -> None:
@@ -17,13 +18,16 @@ class BatchOp(BaseOp):
         self.drop_last = drop_last
 
     def traits(self) -> OpTraits:
-        return OpTraits(preserves_cursor_order=True, batch_shape_sensitive=True)
+        return OpTraits(preserves_cursor_order=True, batch_shape_sensitive=True,
+                        requires_serial_state=True, forms_batches=True)
 
-    def process_many(self, elems: list) -> list:
-        raise TypeError("batch runs on blocks inside the engine")
+    def fingerprint(self) -> dict:
+        return {"microbatch_size": self.microbatch_size, "drop_last": self.drop_last}
 
-    def is_serial(self) -> bool:
-        return True
+    def check_state(self, state, view, field: str) -> None:
+        from zephon.state import checkpoint_ops
+
+        checkpoint_ops.batch_state(self, state, view, field)
 
     def new_lane(self, lane_id: int, ctx: OpContext) -> LaneAccumulator:
         return BatchLane(self.microbatch_size, self.drop_last)
@@ -36,7 +40,7 @@ class BatchLane(LaneAccumulator):
         self.pending: list[Block] = []
         self.count = 0
         # records at the head of the input that a run with another micro-batch size delivered
-        # before its checkpoint (zephon.engine.checkpoint.lane_states): skipped, not batched
+        # before its checkpoint (zephon.state.checkpoint.lane_states): skipped, not batched
         self.discard = 0
 
     def push(self, block: Block) -> list[Block]:
@@ -81,8 +85,6 @@ class BatchLane(LaneAccumulator):
         return self.count
 
     def get_state(self) -> dict:
-        from zephon.engine.refs import refs_of
-
         state = {"held": refs_of(Block.concat(self.pending) if self.pending else None)}
         if self.discard:
             state["discard"] = self.discard

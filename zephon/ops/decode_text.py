@@ -8,10 +8,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from zephon.block import Block
-from zephon.ops.base import BaseOp, OpTraits
+from zephon.ops.base import OpTraits, StatelessOp, run_on_records
+from zephon.state.fingerprint import settings
 
 
-class DecodeTextOp(BaseOp):
+class DecodeTextOp(StatelessOp):
     name = "decode_text"
 
     def __init__(self, fields: Sequence[str] = ("text",), encoding: str = "utf-8",
@@ -29,7 +30,12 @@ class DecodeTextOp(BaseOp):
     def traits(self) -> OpTraits:
         return OpTraits(preserves_cursor_order=True, parallelism=self.parallelism or 2)
 
-    def process_many(self, elems: list) -> list:
+    def fingerprint(self) -> dict:
+        return settings(self, ("fields", "encoding", "errors", "normalize_newlines",
+                               "lowercase", "parallelism"))
+
+    def _decode_records(self, elems: list) -> list:
+        """Python payloads (records Arrow cannot hold, or another codec): one at a time."""
         for r in elems:
             if not isinstance(r.payload, dict):
                 raise TypeError(f"decode_text needs dict payloads, got {type(r.payload).__name__}"
@@ -51,7 +57,7 @@ class DecodeTextOp(BaseOp):
                 raise TypeError(
                     f"decode_text needs dict payloads, got {type(block.payload[bad]).__name__} "
                     f"for sample {block.ids()[bad]}")
-            return super().process_block(block)
+            return run_on_records(self.op_name, block, self._decode_records)
         table = block.payload
         utf8 = self.encoding.replace("_", "-").lower() in ("utf-8", "utf8")
         for name in self.fields:
@@ -60,7 +66,7 @@ class DecodeTextOp(BaseOp):
             col = table.column(name)
             if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
                 if not (utf8 and self.errors == "strict"):
-                    return super().process_block(block)
+                    return run_on_records(self.op_name, block, self._decode_records)
                 try:
                     col = pc.cast(col, pa.large_string() if pa.types.is_large_binary(col.type)
                                   else pa.string())
@@ -68,7 +74,7 @@ class DecodeTextOp(BaseOp):
                     raise ValueError(f"decode_text: field {name!r} is not valid UTF-8: {e}") from e
             elif not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
                 if pa.types.is_nested(col.type):
-                    return super().process_block(block)
+                    return run_on_records(self.op_name, block, self._decode_records)
                 col = pc.cast(col, pa.string())
             if self.normalize_newlines:
                 col = pc.replace_substring(col, "\r\n", "\n")

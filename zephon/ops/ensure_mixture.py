@@ -14,14 +14,16 @@ import numpy as np
 
 from zephon import accounting
 from zephon.block import TOKEN_FIELDS, Block, ragged_column
-from zephon.engine.refs import refs_of
-from zephon.ops.base import BaseOp, LaneAccumulator, OpContext, OpTraits
-from zephon.ops.held_store import HeldStore
+from zephon.errors import CheckpointError
+from zephon.ops.base import LaneAccumulator, OpContext, OpTraits, StatefulOp
+from zephon.state.fingerprint import settings
+from zephon.state.held_store import HeldStore
+from zephon.state.refs import refs_of
 from zephon.tokens.mixer import MixtureBalancer
 from zephon.types import records_from_block
 
 
-class EnsureMixtureOp(BaseOp):
+class EnsureMixtureOp(StatefulOp):
     name = "ensure_mixture"
 
     def __init__(self, work_source: Any, *, max_buffer_size: int | None = 1000,
@@ -58,13 +60,19 @@ class EnsureMixtureOp(BaseOp):
         MixtureBalancer(self.target, max_buffer_size, drain_target_ratio, obsolete_drain_rate)
 
     def traits(self) -> OpTraits:
-        return OpTraits(preserves_cursor_order=False)
+        return OpTraits(preserves_cursor_order=False, requires_serial_state=True)
 
-    def process_many(self, elems: list) -> list:
-        raise TypeError("ensure_mixture runs on blocks inside the engine")
+    def fingerprint(self) -> dict:
+        return settings(self, ("target", "max_buffer_size", "drain_target_ratio",
+                               "obsolete_drain_rate", "weight_by", "warn_tolerance", "unit"))
 
-    def is_serial(self) -> bool:
-        return True
+    def check_state(self, state, view, field: str) -> None:
+        from zephon.state import checkpoint_ops
+
+        checkpoint_ops.mixture_state(self, state, view, field)
+
+    def held_bound(self) -> tuple[int, int]:
+        return self.max_buffer_size or 0, 0
 
     def new_lane(self, lane_id: int, ctx: OpContext) -> LaneAccumulator:
         return MixtureLane(self, MixtureBalancer(self.target, self.max_buffer_size,
@@ -138,8 +146,6 @@ class MixtureLane(LaneAccumulator):
     def _check_weights(self, state: dict, held: Block | None) -> None:
         """The weight the buffer gives each held record is the one the record has: the part
         of the state ``Pipeline.restore`` cannot check, as it needs the records."""
-        from zephon.ops.errors import CheckpointError
-
         ids = np.asarray(state["held_ids"], dtype=np.int64)
         if held is None or not len(held):
             return

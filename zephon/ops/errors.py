@@ -7,32 +7,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from zephon.block import Block
+from zephon.errors import CheckpointError, ZephonError
 
-
-class ZephonError(RuntimeError):
-    """Base of errors raised by the engine on behalf of an operator."""
-
-
-class CheckpointError(ZephonError, ValueError):
-    """A checkpoint that is malformed, tampered with or incompatible with this pipeline.
-
-    ``field`` is the path of the offending entry (``lanes[3].base.ops[2].held.chunk_offset[17]``).
-    It is a ``ValueError`` and (through ``ZephonError``) a ``RuntimeError`` because restore used
-    to raise both for the cases it already caught, and callers catch those.
-
-    Args:
-        field: Path of the offending entry in the checkpoint, or ``""`` when the fault is the
-            checkpoint as a whole (the message then reads ``checkpoint: ...``).
-        message: What is wrong with that entry.
-    """
-
-    def __init__(self, field: str, message: str) -> None:
-        self.field = field
-        self.message = message
-        super().__init__(f"checkpoint {field}: {message}" if field else f"checkpoint: {message}")
-
-    def __reduce__(self):
-        return (CheckpointError, (self.field, self.message))
+__all__ = ["CheckpointError", "OperatorError", "ZephonError", "wrap_op_error"]
 
 
 class OperatorError(ZephonError):

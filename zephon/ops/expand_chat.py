@@ -29,15 +29,14 @@ import pyarrow.compute as pc
 from zephon import accounting
 from zephon.block import Block, add_lineage, carry_hidden
 from zephon.io.errors import DataError
-from zephon.ops.base import BaseOp, OpTraits
-from zephon.types import block_from_records, records_from_block
+from zephon.ops.base import OpTraits, StatelessOp
 
 
 class ConversationTypeError(DataError, TypeError):
     """The conversation field holds something other than a list of messages."""
 
 
-class ExpandChatOp(BaseOp):
+class ExpandChatOp(StatelessOp):
     name = "expand_chat"
 
     def __init__(self, datasets: Sequence[Any], *, field: str = "messages",
@@ -56,9 +55,8 @@ class ExpandChatOp(BaseOp):
         return OpTraits(preserves_cursor_order=True, indexable=False,
                         parallelism=self.parallelism or 4, calibration_replayable=True)
 
-    def process_many(self, elems: list) -> list:
-        out = self.process_block(block_from_records(elems))
-        return [] if out is None else records_from_block(out)
+    def fingerprint(self) -> dict:
+        return {"field": self.field, "parallelism": self.parallelism}
 
     def process_block(self, block: Block) -> Block | None:
         if not len(block):

@@ -15,13 +15,14 @@ from zephon import accounting
 from zephon.block import Block, NotColumnar, take_table
 from zephon.io import fetch_timing
 from zephon.io.formats.bad_records import read_skipping
-from zephon.ops.base import BaseOp, OpTraits
+from zephon.ops.base import OpTraits, StatelessOp
 from zephon.payload_values import concat_marks
+from zephon.state.fingerprint import settings
 
 DEFAULT_FETCH_BATCH = 1024
 
 
-class FetchOp(BaseOp):
+class FetchOp(StatelessOp):
     """Groups a block's pointers per shard, reads each group in one call, restores pointer order.
 
     Reads go through ``Dataset.read_table`` (columnar, one call per shard and block); formats or
@@ -48,8 +49,8 @@ class FetchOp(BaseOp):
     def traits(self) -> OpTraits:
         return OpTraits(preserves_cursor_order=True, parallelism=self.parallelism or 1)
 
-    def process_many(self, elems: list) -> list:
-        raise TypeError("fetch runs on pointer blocks only")
+    def fingerprint(self) -> dict:
+        return settings(self, ("parallelism", "max_batch", "restore_order", "timing"))
 
     def process_block(self, block: Block) -> Block:
         n = len(block)

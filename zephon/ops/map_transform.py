@@ -8,12 +8,13 @@ from typing import Any
 import numpy as np
 
 from zephon.block import Block, carry_hidden
-from zephon.ops.base import BaseOp, OpTraits
+from zephon.ops.base import OpTraits, StatelessOp
 from zephon.ops.errors import OperatorError
+from zephon.state.fingerprint import settings
 from zephon.types import SampleBatch
 
 
-class MapTransformOp(BaseOp):
+class MapTransformOp(StatelessOp):
     """``fn(payload) -> payload | None``; None drops the record. The user's payloads are copies,
     so a function that mutates its argument never touches the dataset's own objects."""
 
@@ -29,15 +30,8 @@ class MapTransformOp(BaseOp):
     def traits(self) -> OpTraits:
         return OpTraits(preserves_cursor_order=True, parallelism=self.parallelism or 1)
 
-    def process_many(self, elems: list) -> list:
-        out = []
-        for r in elems:
-            p = self.fn(r.payload)
-            if p is None and self.drop_none:
-                continue
-            r.payload = p
-            out.append(r)
-        return out
+    def fingerprint(self) -> dict:
+        return settings(self, ("fn", "drop_none", "parallelism", "name"))
 
     def process_block(self, block: Block) -> Block:
         payloads = block.payload_list()
@@ -59,7 +53,7 @@ class MapTransformOp(BaseOp):
         return carry_hidden(base, base.with_payloads(results))
 
 
-class MapBatchOp(BaseOp):
+class MapBatchOp(StatelessOp):
     """``fn(SampleBatch) -> SampleBatch | None`` after ``batch``; None drops the batch."""
 
     def __init__(self, fn: Callable[[SampleBatch], Any], *, drop_none: bool = True,
@@ -72,8 +66,8 @@ class MapBatchOp(BaseOp):
     def traits(self) -> OpTraits:
         return OpTraits(preserves_cursor_order=True, parallelism=self.parallelism or 1)
 
-    def process_many(self, elems: list) -> list:
-        return [b for b in (self.fn(e) for e in elems) if b is not None or not self.drop_none]
+    def fingerprint(self) -> dict:
+        return settings(self, ("fn", "drop_none", "parallelism", "name"))
 
     def process_block(self, block: Block) -> Block | None:
         try:

@@ -1,9 +1,8 @@
 """pack_flat / pack_sequences: per-lane packing of token records into fixed-length rows.
 
-Bin assignment runs in the packing kernel (``zephon.tokens.packer.Packer``); a packed row is
-built by one gather over the ragged token column (``build_rows``). Each output row carries a
-hidden ``__recipe`` column (the cursors and token ranges it was assembled from), so a
-checkpoint can name rows that are still waiting in a downstream buffer without storing data.
+Bin assignment runs in the packing kernel (``zephon.tokens.packer.Packer``); the rows are
+built from the bins by ``zephon.ops.pack_rows``, each with a recipe (``OpTraits.combines_records``)
+so a checkpoint can name rows still waiting in a downstream buffer without storing data.
 
 Nothing is lost without a count: a document longer than ``max_length`` is split into pieces by
 default (``oversized="split"``); ``"truncate"`` and ``"drop"`` count what they remove, and empty
@@ -16,20 +15,26 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from zephon import accounting
-from zephon.block import TOKEN_FIELDS, Block, add_lineage, list_array, ragged_chunks, ragged_column
-from zephon.engine.refs import RECIPE_COLUMN, refs_of
-from zephon.ops.base import BaseOp, LaneAccumulator, OpContext, OpTraits
-from zephon.ops.held_store import HeldStore
+from zephon._ext.packing_algorithms import WHOLE_RECORDS
+from zephon.block import TOKEN_FIELDS, Block, ragged_chunks
+from zephon.errors import CheckpointError
+from zephon.ops.base import LaneAccumulator, OpContext, OpTraits, StatefulOp
 from zephon.ops.pack_groups import group_of_components, resolve_groups
-from zephon.tokens.packer import PackedBins, Packer, build_rows
+from zephon.ops.pack_rows import make_rows
+from zephon.state.fingerprint import settings
+from zephon.state.held_store import HeldStore
+from zephon.state.refs import refs_of
+from zephon.tokens.packer import PackedBins, Packer
+
+# the settings in the fingerprint (``group_map`` appears by its type, as it always has)
+_SETTINGS = ("name", "packer_config", "oversized", "flat", "max_length", "algorithm",
+             "tokens_field", "pad_token_id", "emit_positions", "pack_payloads", "homogeneity",
+             "group_map", "n_components")
 
 
-class PackOp(BaseOp):
-    combines_records = True
-
+class PackOp(StatefulOp):
     def __init__(self, max_length: int, *, flat: bool, work_source: Any, num_bins: int | None = None,
                  algorithm: str = "first_fit", tokens_field: str = "auto",
                  drop_oversized: bool | None = None, oversized: str | None = None,
@@ -73,13 +78,20 @@ class PackOp(BaseOp):
         self.n_components = len(names)
 
     def traits(self) -> OpTraits:
-        return OpTraits(preserves_cursor_order=False)
+        return OpTraits(preserves_cursor_order=False, requires_serial_state=True,
+                        combines_records=True)
 
-    def process_many(self, elems: list) -> list:
-        raise TypeError(f"{self.name} runs on blocks inside the engine")
+    def fingerprint(self) -> dict:
+        return settings(self, _SETTINGS)
 
-    def is_serial(self) -> bool:
-        return True
+    def check_state(self, state, view, field: str) -> None:
+        from zephon.state import checkpoint_ops
+
+        checkpoint_ops.pack_state(self, state, view, field)
+
+    def held_bound(self) -> tuple[int, int]:
+        bins = self.packer_config["num_bins"] if self.algorithm in WHOLE_RECORDS else 1
+        return 0, bins * self.max_length
 
     def new_lane(self, lane_id: int, ctx: OpContext) -> LaneAccumulator:
         return PackLane(self)
@@ -95,126 +107,6 @@ class PackOp(BaseOp):
                 return f
         raise KeyError(f"{self.name}: no token field ({', '.join(TOKEN_FIELDS)}) in records "
                        f"with fields {names}; tokenize first or pass tokens_field=")
-
-    # -- building rows ---------------------------------------------------------------------------
-
-    def make_rows(self, bins: PackedBins, src: Block, rows: np.ndarray) -> Block:
-        """Output records for ``bins`` whose segment k reads row ``rows[k]`` of ``src``."""
-        field = self.field(src)
-        # the held records and the new block stay separate Arrow chunks: rows are gathered
-        # from them in place, never joined first
-        tokens = ragged_chunks(src.payload, field)
-        offsets = tokens.offsets
-        seg_src = rows
-        first = seg_src[bins.seg_offsets[:-1]]
-        meta = {k: v[first] for k, v in src.meta.items()
-                if k not in ("padding_length", "comp_tokens", "comp_samples")}
-        lineage = add_lineage(src.lineage[first], bins.token_start[bins.seg_offsets[:-1]])
-        comp = src.meta["dataset_id"][seg_src]
-        bin_of = bins.bin_of_segment()
-        C = self.n_components
-        comp_tokens = np.zeros((len(bins), C), dtype=np.int64)
-        np.add.at(comp_tokens, (bin_of, comp), bins.token_len)
-        # documents that start in the row: the pieces of a split document count once per pass
-        comp_samples = np.zeros((len(bins), C), dtype=np.int64)
-        np.add.at(comp_samples, (bin_of, comp), (bins.token_start == 0).astype(np.int64))
-        meta["comp_tokens"], meta["comp_samples"] = comp_tokens, comp_samples
-        if self.flat:
-            built = build_rows(bins, offsets, tokens.values, self.pad_token_id, self.max_length,
-                               rows=rows)
-            meta["padding_length"] = built.padding_length.astype(np.int64)
-            width = self.max_length
-            flat_off = np.arange(len(bins) + 1, dtype=np.int64) * width
-            cols = {field: list_array(flat_off, built.tokens.ravel())}
-            if self.emit_positions:
-                cols["positions"] = list_array(flat_off, built.positions.ravel())
-            for name in src.column_names():
-                if name in (field, "positions", RECIPE_COLUMN) or name.startswith("__"):
-                    continue
-                col = src.payload.column(name)
-                if not hasattr(col.type, "value_type") or pa.types.is_struct(col.type):
-                    continue
-                try:
-                    aligned_col = ragged_chunks(src.payload, name)
-                except (TypeError, ValueError):
-                    continue
-                a_off, a_val = aligned_col.offsets, aligned_col.values
-                if not np.array_equal(np.diff(a_off), np.diff(offsets)):
-                    continue  # not aligned element-wise with the tokens: dropped (spec)
-                if not np.issubdtype(a_val[0].dtype, np.number):
-                    continue
-                aligned = build_rows(bins, a_off, a_val, 0, self.max_length, rows=rows)
-                cols[name] = list_array(flat_off, aligned.tokens.ravel())
-            cols[RECIPE_COLUMN] = self._recipe(bins, src, rows)
-            table = pa.table(cols)
-        else:
-            table = self._sequences(bins, src, rows, field)
-        return Block(meta, table, lineage)
-
-    def _recipe(self, bins: PackedBins, src: Block, rows: np.ndarray) -> pa.Array:
-        depth = src.lineage.shape[1]
-        lin = src.lineage[rows].astype(np.int32).ravel()
-        fields = [pa.array(src.meta["chunk_id"][rows]), pa.array(src.meta["chunk_offset"][rows]),
-                  pa.ListArray.from_arrays(
-                      pa.array(np.arange(len(rows) + 1, dtype=np.int32) * depth),
-                      pa.array(lin, type=pa.int32())),
-                  pa.array(bins.token_start.astype(np.int64)),
-                  pa.array(bins.token_len.astype(np.int64))]
-        names = ["chunk_id", "chunk_offset", "lineage", "start", "len"]
-        if src.columnar and RECIPE_COLUMN in src.payload.column_names:
-            # inputs an upstream operator built carry their own recipe: keep it per segment
-            inner = src.payload.column(RECIPE_COLUMN).combine_chunks().take(pa.array(rows))
-            fields.append(inner)
-            names.append("inner")
-        seg = pa.StructArray.from_arrays(fields, names=names)
-        return pa.ListArray.from_arrays(pa.array(bins.seg_offsets.astype(np.int32)), seg)
-
-    def _sequences(self, bins, src, rows, field) -> pa.Table | list:
-        """{"packed_samples": [...]}: whole payloads (first/best fit) or token slices (wrap).
-        A piece of a split or truncated document under first/best fit is its payload with the
-        token field, and every field as long as it, cut to the piece."""
-        whole = self.algorithm in ("first_fit", "best_fit")
-        payloads = src.payload_list() if whole else None
-        offsets, values = ragged_column(src.payload, field)
-        packed = []
-        for b in range(len(bins)):
-            segs = []
-            for k in range(int(bins.seg_offsets[b]), int(bins.seg_offsets[b + 1])):
-                r = int(rows[k])
-                a, n = int(bins.token_start[k]), int(bins.token_len[k])
-                if whole and a == 0 and n == offsets[r + 1] - offsets[r]:
-                    segs.append(payloads[r])
-                elif whole:
-                    size = int(offsets[r + 1] - offsets[r])
-                    segs.append({key: (v[a:a + n] if hasattr(v, "__len__") and not
-                                       isinstance(v, (str, bytes)) and len(v) == size else v)
-                                 for key, v in payloads[r].items()})
-                else:
-                    start = int(offsets[r]) + a
-                    segs.append({field: values[start:start + n].tolist(),
-                                 **_aligned_slices(src, field, r, bins, k)})
-            packed.append(self._merge(segs))
-        if self.pack_payloads == "keep_list":
-            try:
-                return pa.table({"packed_samples": pa.array(packed),
-                                 RECIPE_COLUMN: self._recipe(bins, src, rows)})
-            except (pa.ArrowInvalid, pa.ArrowTypeError):
-                pass
-        return [{"packed_samples": p} for p in packed]  # arrays/tensors: object payloads
-
-    def _merge(self, segs: list) -> Any:
-        mode = self.pack_payloads
-        if mode == "keep_list":
-            return segs
-        if callable(mode):
-            return mode(segs)
-        field = next((f for f in TOKEN_FIELDS if segs and f in segs[0]), None)
-        arrays = [np.asarray(s[field] if field else s) for s in segs]
-        if mode == "numpy_array":
-            return np.concatenate(arrays) if arrays else np.empty(0, np.int32)
-        import torch
-
-        return torch.as_tensor(np.concatenate(arrays) if arrays else np.empty(0, np.int32))
 
     # -- restore -------------------------------------------------------------------------------
 
@@ -254,7 +146,7 @@ class PackOp(BaseOp):
         bins = PackedBins(np.asarray(seg_off, dtype=np.int64), np.asarray(seg_rows, dtype=np.int64),
                           np.asarray(starts, dtype=np.int64), lens, pad,
                           np.empty(0, dtype=np.int64))
-        return self.make_rows(bins, inputs, np.asarray(seg_rows, dtype=np.int64))
+        return make_rows(self, bins, inputs, np.asarray(seg_rows, dtype=np.int64))
 
 
 class PackLane(LaneAccumulator):
@@ -304,7 +196,7 @@ class PackLane(LaneAccumulator):
         out = []
         if len(bins):
             rows = self.store.rows_of(bins.record_id)
-            out.append(self.op.make_rows(bins, self.store.block(), rows))
+            out.append(make_rows(self.op, bins, self.store.block(), rows))
             np.add.at(self.consumed, rows, bins.token_len)
         self._release(bins.dropped)
         return out
@@ -354,8 +246,6 @@ class PackLane(LaneAccumulator):
 def _check_token_ranges(op: PackOp, state: dict, held: Block | None) -> None:
     """Segments and consumed counts inside their records: the one part of a packing state that
     ``Pipeline.restore`` cannot check, as it needs the records' token counts."""
-    from zephon.ops.errors import CheckpointError
-
     ids = np.asarray(state["held_ids"], dtype=np.int64)
     lengths = (np.diff(ragged_chunks(held.payload, op.field(held)).offsets)
                if held is not None and len(held) else np.empty(0, dtype=np.int64))
@@ -374,24 +264,3 @@ def _check_token_ranges(op: PackOp, state: dict, held: Block | None) -> None:
                 if row >= len(ids) or ids[row] != s[0] or s[1] + s[2] > lengths[row]:
                     where = f"packers[{g}].{kind}[{i}]" + ("" if j is None else f"[{j}]")
                     raise CheckpointError(where, "a token range outside its record")
-
-
-def _aligned_slices(src: Block, field: str, r: int, bins: PackedBins, k: int) -> dict:
-    """Segment ``k``'s slice of every numeric list column of row ``r`` laid out element-wise
-    like the token field (a loss mask): a cut record keeps them, as pack_flat's rows do."""
-    out = {}
-    if not src.columnar:
-        return out
-    table = src.payload
-    for name in table.column_names:
-        typ = table.column(name).type
-        if name == field or name.startswith("__") or not (
-                pa.types.is_list(typ) or pa.types.is_large_list(typ)) or not (
-                pa.types.is_integer(typ.value_type) or pa.types.is_floating(typ.value_type)):
-            continue
-        row = table.column(name)[r].values
-        if len(row) != len(table.column(field)[r].values):
-            continue
-        a = int(bins.token_start[k])
-        out[name] = row.slice(a, int(bins.token_len[k])).to_pylist()
-    return out

@@ -15,27 +15,40 @@ that releases a group while being refilled.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import numpy as np
 
 from zephon.block import Block
-from zephon.engine.refs import refs_of
-from zephon.ops import recipes
-from zephon.ops.base import LaneAccumulator, OpContext, ReadyBatch
-from zephon.ops.held_store import HeldStore
+from zephon.ops.accumulators import Accumulator, ReadyBatch
+from zephon.ops.base import LaneAccumulator, OpContext
 from zephon.ops.user_calls import call_user, elements_of, sample_of
+from zephon.state import recipes
+from zephon.state.held_store import HeldStore
+from zephon.state.refs import refs_of
 from zephon.types import SampleBatch, records_from_block
 
-if TYPE_CHECKING:
-    from zephon.ops.add_op import UserOp
+
+class GroupOp(Protocol):
+    """What a ``RecordLane`` needs of its operator (``add_op.UserOp``)."""
+
+    @property
+    def op_name(self) -> str: ...
+
+    def new_accumulator(self, ctx: OpContext) -> Accumulator: ...
+
+    def run_group(self, elems: list, single: Callable[[int], tuple] | None,
+                  lane_id: int | None = None) -> list[Block]: ...
 
 
 class RecordLane(LaneAccumulator):
-    def __init__(self, op: UserOp, lane_id: int, ctx: OpContext) -> None:
+    def __init__(self, op: GroupOp, lane_id: int, ctx: OpContext) -> None:
         self.op = op
         self.lane_id = lane_id
         self.ctx = ctx
+        # the plan's word: whether a later serial operator may hold the rows built here
+        self.emit_recipes = bool(ctx.get("recipes_needed", True))
         self._reset()
 
     def _reset(self) -> None:
@@ -97,7 +110,7 @@ class RecordLane(LaneAccumulator):
             return ([records_from_block(inputs.slice(i, i + 1))[0]],)
 
         blocks = self.op.run_group(elems, None if batches else single, self.lane_id)
-        if self.op.emit_recipes and not batches and blocks:
+        if self.emit_recipes and not batches and blocks:
             body = ",".join(recipes.fragments(inputs))
             blk = blocks[0]
             blocks = [recipes.attach(blk, [recipes.make("g", m, body) for m in range(len(blk))])]

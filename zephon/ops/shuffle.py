@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from zephon.block import Block
-from zephon.engine.refs import LazyRecords, concat_refs, refs_of
-from zephon.ops.base import BaseOp, LaneAccumulator, OpContext, OpTraits
-from zephon.ops.held_store import HeldStore
+from zephon.ops.base import LaneAccumulator, OpContext, OpTraits, StatefulOp
+from zephon.state.held_store import HeldStore
+from zephon.state.refs import LazyRecords, concat_refs, refs_of
 from zephon.tokens.shuffler import StreamShuffler, record_keys
 
 
-class ShuffleOp(BaseOp):
+class ShuffleOp(StatefulOp):
     name = "shuffle"
 
     def __init__(self, buffer_size: int = 8192, *, seed: int = 0, algorithm: str = "streaming",
@@ -23,13 +23,22 @@ class ShuffleOp(BaseOp):
         self.warmup_growth = float(warmup_growth)
 
     def traits(self) -> OpTraits:
-        return OpTraits(preserves_cursor_order=False)
+        # what to emit depends on identity keys kept in the shuffler's own state, so a
+        # restored buffer's records are fetched only when they leave it
+        return OpTraits(preserves_cursor_order=False, requires_serial_state=True,
+                        restores_lazily=True)
 
-    def process_many(self, elems: list) -> list:
-        raise TypeError("shuffle runs on blocks inside the engine")
+    def fingerprint(self) -> dict:
+        return {"buffer_size": self.buffer_size, "seed": self.seed,
+                "algorithm": self.algorithm, "warmup_growth": self.warmup_growth}
 
-    def is_serial(self) -> bool:
-        return True
+    def check_state(self, state, view, field: str) -> None:
+        from zephon.state import checkpoint_ops
+
+        checkpoint_ops.shuffle_state(self, state, view, field)
+
+    def held_bound(self) -> tuple[int, int]:
+        return self.buffer_size, 0
 
     def new_lane(self, lane_id: int, ctx: OpContext) -> LaneAccumulator:
         return ShuffleLane(StreamShuffler(self.buffer_size, self.seed, self.algorithm,
@@ -43,10 +52,6 @@ def identity_keys(block: Block) -> np.ndarray:
 
 
 class ShuffleLane(LaneAccumulator):
-    # what to emit depends on identity keys kept in the shuffler's own state, so a restored
-    # buffer's records are fetched only when they leave it
-    restores_lazily = True
-
     def __init__(self, shuffler: StreamShuffler) -> None:
         self.shuffler = shuffler
         self.store = HeldStore()

@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 
 from zephon.block import Block
-from zephon.engine.refs import refs_of
-from zephon.ops import recipes
-from zephon.ops.base import BaseOp, LaneAccumulator, OpContext, OpTraits
-from zephon.ops.held_store import HeldStore
+from zephon.ops.base import LaneAccumulator, OpContext, Operator, OpTraits, StatefulOp
 from zephon.ops.user_calls import call_user, to_blocks, user_outputs
+from zephon.state import recipes
+from zephon.state.held_store import HeldStore
+from zephon.state.refs import refs_of
 from zephon.types import SampleRecord, records_from_block
 
 WINDOW_WARN = 10_000
@@ -64,8 +64,9 @@ def holds_records(state: Any, depth: int = 2) -> bool:
     return False
 
 
-class StatefulTransformOp(BaseOp):
-    combines_records = True  # its rows are rebuilt from recipes (zephon.ops.recipes)
+class StatefulTransformOp(StatefulOp):
+    """The serial operator of ``stateful_transform``; its rows are rebuilt from recipes
+    (``zephon.state.recipes``), so it ``combines_records``."""
 
     def __init__(self, name: str, *, init_state: Callable[[], Any],
                  push: Callable[[Any, list], tuple], flush: Callable[[Any], list] | None = None,
@@ -92,20 +93,19 @@ class StatefulTransformOp(BaseOp):
         self.state_records_fn = state_records
         self.state_from_records_fn = state_from_records
         self.op_traits = OpTraits(preserves_cursor_order=bool(preserves_cursor_order),
-                                  indexable=bool(indexable), requires_serial_state=True)
-        self.emit_recipes = True  # the pipeline turns this off when no serial op follows
+                                  indexable=bool(indexable), requires_serial_state=True,
+                                  combines_records=True)
 
     def traits(self) -> OpTraits:
         return self.op_traits
 
-    def process_many(self, elems: list) -> list:
-        raise TypeError(f"stateful_transform {self.name} runs inside the engine, per lane")
-
-    def is_serial(self) -> bool:
-        return True
-
     def new_lane(self, lane_id: int, ctx: OpContext) -> LaneAccumulator:
-        return StatefulLane(self, lane_id)
+        return StatefulLane(self, lane_id, bool(ctx.get("recipes_needed", True)))
+
+    def check_state(self, state, view, field: str) -> None:
+        from zephon.state import checkpoint_ops
+
+        checkpoint_ops.stateful_state(self, state, view, field)
 
     def fingerprint(self) -> dict:
         def fn(f: Any) -> str | None:
@@ -182,9 +182,10 @@ class StatefulTransformOp(BaseOp):
 
 
 class StatefulLane(LaneAccumulator):
-    def __init__(self, op: StatefulTransformOp, lane_id: int) -> None:
+    def __init__(self, op: StatefulTransformOp, lane_id: int, recipes_needed: bool) -> None:
         self.op = op
         self.lane_id = lane_id
+        self.emit_recipes = recipes_needed  # the plan's word: a later serial op may hold rows
         self.state: Any = _NONE
         self.blank: Any = _NONE  # a fresh init_state(), never handed to push: compared against
         self.store = HeldStore()
@@ -202,7 +203,8 @@ class StatefulLane(LaneAccumulator):
         self.next_id += len(block)
         self.store.add(block, ids)
         keys = recipes.cursor_keys(block)
-        frags = recipes.fragments(block) if op.emit_recipes else [""] * len(block)
+        emit = self.emit_recipes
+        frags = recipes.fragments(block) if emit else [""] * len(block)
         outs: list = []
         texts: list[str] = []
         for k, rec in enumerate(records_from_block(block)):
@@ -211,13 +213,13 @@ class StatefulLane(LaneAccumulator):
             self.window.append((keys[k], int(ids[k]), frags[k]))
             self.state, produced = op.call_push(self.state, rec)
             body = None
-            if produced and op.emit_recipes:
+            if produced and emit:
                 body = ",".join(f for _, _, f in self.window)
                 texts.extend(recipes.make("p", m, body) for m in range(len(produced)))
             outs.extend(produced)
             if op.call_should_flush(self.state, rec):
                 flushed = op.call_flush(self.state)
-                if flushed and op.emit_recipes:
+                if flushed and emit:
                     body = body or ",".join(f for _, _, f in self.window)
                     texts.extend(recipes.make("pf", m, body) for m in range(len(flushed)))
                 outs.extend(flushed)
@@ -226,7 +228,7 @@ class StatefulLane(LaneAccumulator):
                 self._trim(rec)
         self._prune()
         blocks = to_blocks(op.name, outs, self.lane_id)
-        if blocks and op.emit_recipes:
+        if blocks and emit:
             blocks = [recipes.attach(blocks[0], texts)]
         return blocks
 
@@ -278,7 +280,7 @@ class StatefulLane(LaneAccumulator):
             return []
         outs = op.call_flush(self.state)
         texts = []
-        if outs and op.emit_recipes:
+        if outs and self.emit_recipes:
             body = ",".join(f for _, _, f in self.window)
             texts = [recipes.make("f", m, body) for m in range(len(outs))]
         self._start_over()
@@ -303,7 +305,7 @@ class StatefulLane(LaneAccumulator):
         self.store.set(held, ids)
         self.next_id = n
         if held is not None and n:
-            frags = recipes.fragments(held) if self.op.emit_recipes else [""] * n
+            frags = recipes.fragments(held) if self.emit_recipes else [""] * n
             self.window = [(k, i, f) for i, (k, f) in
                            enumerate(zip(recipes.cursor_keys(held), frags))]
         if n or state.get("live"):
@@ -312,9 +314,9 @@ class StatefulLane(LaneAccumulator):
 
 
 def build_stateful_transform(name: str, *, transform: Callable[[list], list] | None = None,
-                             parallelism: int = 1, **kw: Any) -> list[BaseOp]:
+                             parallelism: int = 1, **kw: Any) -> list[Operator]:
     """The serial operator, and the optional stateless ``transform`` after it."""
-    ops: list[BaseOp] = [StatefulTransformOp(name, **kw)]
+    ops: list[Operator] = [StatefulTransformOp(name, **kw)]
     if transform is not None:
         from zephon.ops.add_op import FunctionOp, UserOp
 

@@ -33,17 +33,22 @@ import pyarrow as pa
 
 from zephon import accounting
 from zephon.block import Block, add_lineage, carry_hidden, list_array
-from zephon.ops.base import BaseOp, OpContext, OpTraits
+from zephon.ops.base import OpContext, OpTraits, StatelessOp
 from zephon.ops.special_tokens import brackets
 from zephon.ops.token_layout import bracket, split, truncate
 from zephon.ops.tokenize_input import OK, bad_record_error, read_texts
 from zephon.ops.tokenizer_source import LoadedTokenizer, load
+from zephon.state.fingerprint import settings
 
 _MODES = ("bos_eos", "bos", "eos", "none", "tokenizer_default")
 _NO_PADDING = (False, None, "do_not_pad")
+_SETTINGS = ("padding", "field", "max_length", "truncation", "split_long_samples",
+             "special_tokens", "bos_override", "eos_override", "preserve_upstream_payload",
+             "missing_field", "on_bad_record", "add_attention_mask", "pad_token_id",
+             "parallelism", "bos_id", "eos_id", "pad_id")
 
 
-class TokenizeOp(BaseOp):
+class TokenizeOp(StatelessOp):
     name = "tokenize"
 
     def __init__(self, tokenizer: Any = None, tokenizer_id: str | None = None, *, field: str,
@@ -133,8 +138,10 @@ class TokenizeOp(BaseOp):
         """The (BOS, EOS) ids each document gets (None: not added)."""
         return self.bos_id, self.eos_id
 
-    def process_many(self, elems: list) -> list:
-        raise TypeError("tokenize runs on blocks inside the engine")
+    def fingerprint(self) -> dict:
+        """Every setting that changes the ids, the settled special ids, and the tokenizer (by
+        digest: a checkpoint stays small)."""
+        return {**settings(self, _SETTINGS), "tokenizer": self.spec.fingerprint()}
 
     # -- the block path -------------------------------------------------------------------------
 

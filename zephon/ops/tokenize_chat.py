@@ -44,16 +44,20 @@ from zephon.chat.conversations import (
     flags,
 )
 from zephon.chat.template import special_strings, template_for
-from zephon.ops.base import BaseOp, OpContext, OpTraits
+from zephon.ops.base import OpContext, OpTraits, StatelessOp
 from zephon.ops.tokenizer_source import LoadedTokenizer, load
 
 SPAN_SOURCES = ("auto", "generation_tags", "prefix_diff")
+# the settings in the fingerprint (template and tokenizer are added by digest)
+_SETTINGS = ("apply_chat_template", "enable_thinking_field", "eos_token", "field", "loss_scope",
+             "mask_field_out", "max_length", "on_bad_record", "oversized", "parallelism",
+             "preserve_upstream_payload", "span_source", "tools_field")
 _PROBE = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi"},
           {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"},
           {"role": "assistant", "content": "Bye."}]
 
 
-class TokenizeChatOp(BaseOp):
+class TokenizeChatOp(StatelessOp):
     name = "tokenize_chat"
 
     def __init__(self, tokenizer: Any = None, tokenizer_id: str | None = None, *,
@@ -156,10 +160,8 @@ class TokenizeChatOp(BaseOp):
         def digest(text: str) -> str:
             return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
-        conf = {k: v for k, v in sorted(vars(self).items()) if not k.startswith("_")
-                and k not in ("datasets", "stage_info", "spec", "template")}
-        conf["tokenizer"] = self.spec.label if self.spec.kind == "fallback" else \
-            digest(self.spec.payload)
+        conf = {k: getattr(self, k) for k in _SETTINGS}
+        conf["tokenizer"] = self.spec.fingerprint()
         if self.template is not None:
             conf["template"] = {n: digest(s) for n, s in sorted(self.template.sources.items())}
             conf["template_variables"] = {k: repr(v) for k, v in
@@ -178,9 +180,6 @@ class TokenizeChatOp(BaseOp):
         if self._tok is None:
             self._tok = LoadedTokenizer(self.spec)
         return self._tok
-
-    def process_many(self, elems: list) -> list:
-        raise TypeError("tokenize_chat runs on blocks inside the engine")
 
     def text_bytes(self, block: Block) -> np.ndarray:
         """UTF-8 bytes of every record's message contents (priming leans on them)."""

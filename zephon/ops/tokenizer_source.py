@@ -11,6 +11,7 @@ process that builds the pipeline (``zephon.ops.special_tokens``), and travels in
 from __future__ import annotations
 
 import glob
+import hashlib
 import itertools
 import json
 import os
@@ -35,6 +36,12 @@ class TokenizerSpec:
     bos_id: int | None = None
     eos_id: int | None = None
     pad_id: int | None = None
+
+    def fingerprint(self) -> str:
+        """The tokenizer in a fingerprint: the fallback's name, else a digest of its JSON."""
+        if self.kind == "fallback":
+            return self.label
+        return hashlib.sha256(self.payload.encode("utf-8")).hexdigest()[:16]
 
 
 def load(tokenizer: Any = None, tokenizer_id: str | None = None) -> LoadedTokenizer:

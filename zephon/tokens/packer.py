@@ -43,9 +43,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from zephon._ext import kernel
+from zephon._ext.packing_algorithms import ALGORITHMS, POOLED, WHOLE_RECORDS
 from zephon.block import RaggedChunks
 
-ALGORITHMS = ("first_fit", "best_fit", "wrap", "best_fit_wrap")
 OVERSIZED = ("split", "truncate", "drop")
 STATE_VERSION = 1
 
@@ -127,7 +127,7 @@ class Packer:
             raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
         if not isinstance(max_length, (int, np.integer)) or max_length < 1:
             raise ValueError(f"max_length must be a positive integer, got {max_length!r}")
-        whole = algorithm in ("first_fit", "best_fit")
+        whole = algorithm in WHOLE_RECORDS
         if whole and (num_bins is None or num_bins < 1):
             raise ValueError(f"{algorithm} requires num_bins >= 1")
         if algorithm == "wrap" and num_bins is not None:
@@ -140,7 +140,7 @@ class Packer:
                              f"got {max_sequences_per_bin!r}")
         if flush_strategy not in ("fifo", "fullest"):
             raise ValueError(f"flush_strategy must be 'fifo' or 'fullest', got {flush_strategy!r}")
-        if algorithm != "best_fit_wrap" and (candidate_pool_size is not None
+        if algorithm not in POOLED and (candidate_pool_size is not None
                                              or max_candidate_age is not None):
             raise ValueError("candidate_pool_size / max_candidate_age only apply to best_fit_wrap")
         pool = 1024 if candidate_pool_size is None else int(candidate_pool_size)
@@ -157,10 +157,10 @@ class Packer:
         self.max_sequences_per_bin = (None if max_sequences_per_bin is None
                                       else int(max_sequences_per_bin))
         self.flush_strategy = flush_strategy
-        self.candidate_pool_size = pool if algorithm == "best_fit_wrap" else None
-        self.max_candidate_age = age if algorithm == "best_fit_wrap" else None
+        self.candidate_pool_size = pool if algorithm in POOLED else None
+        self.max_candidate_age = age if algorithm in POOLED else None
         self._core = kernel("packing").PackCore(
-            ALGORITHMS.index(algorithm), self.max_length, self.num_bins if whole else 1,
+            algorithm, self.max_length, self.num_bins if whole else 1,
             self.min_sequence_length, int(max_sequences_per_bin or 0),
             flush_strategy == "fullest", self.oversized == "drop", pool, age)
 
@@ -220,12 +220,12 @@ def _validated(p: Packer, state: dict[str, Any]) -> dict[str, Any]:
     """Reject states the configuration could not have produced (the kernel trusts them)."""
     bins = [[[int(x) for x in seg] for seg in b] for b in state.get("bins", [])]
     pool = [[int(x) for x in c] for c in state.get("pool", [])]
-    limit = p.num_bins if p.algorithm in ("first_fit", "best_fit") else 1
+    limit = p.num_bins if p.algorithm in WHOLE_RECORDS else 1
     ok = len(bins) <= limit and all(
         b and sum(s[2] for s in b) <= p.max_length and all(len(s) == 3 and s[1] >= 0 and s[2] > 0
                                                            for s in b) for b in bins)
     ok = ok and all(len(c) == 4 and c[1] >= 0 and c[2] > 0 for c in pool)
-    ok = ok and (not pool or p.algorithm == "best_fit_wrap")
+    ok = ok and (not pool or p.algorithm in POOLED)
     if not ok:
         raise ValueError("malformed packer state")
     return {"bins": bins, "pool": pool, "arrivals": int(state.get("arrivals", 0))}

@@ -49,7 +49,7 @@ def _groups(res: Any) -> list[list]:
 
 def probe_accumulator(op: UserOp, lanes: dict[int, list], add: Callable[..., None],
                       fresh: Callable[[list], list]) -> None:
-    if not op.is_serial():
+    if not op.traits().requires_serial_state:
         return
     ctx = OpContext(StageInfo(0, "validation", 0), runner="validation")
     try:

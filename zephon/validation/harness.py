@@ -260,7 +260,7 @@ def probe_process_many(op: UserOp, lanes: dict[int, list], add: Callable[..., No
         add("error", "OP_DEPENDS_ON_PREVIOUS_CALLS", "a lane's output changes with the calls "
             "made before it: process_many must depend only on its argument")
     _identity_checks(first, lanes, add)
-    grouped = not op.is_serial() and not op.traits().batch_shape_sensitive
+    grouped = not op.traits().requires_serial_state and not op.traits().batch_shape_sensitive
     if grouped and not any(isinstance(e, SampleBatch) for es in lanes.values() for e in es):
         if attempt(order, split=True) != base:
             add("error", "OP_GROUPING_DEPENDENT", "the output depends on how records are "

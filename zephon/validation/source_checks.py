@@ -27,7 +27,7 @@ _SEEDABLE = {"Random", "default_rng", "RandomState", "Generator", "SeedSequence"
 
 def _functions(op: Any) -> list[Callable]:
     inner = op.inner
-    if getattr(op, "function_form", False):
+    if op.function_form:
         return [f for f in (inner.fn, inner.fn_one) if f is not None]
     fns = [type(inner).process_many]
     if type(inner).process_one is not BaseOp.process_one:

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic_core import SchemaValidator, ValidationError
 from pydantic_core import core_schema as cs
 
-from zephon.ops.errors import CheckpointError
+from zephon.errors import CheckpointError
 
 
 def _int(ge: int, lt: int) -> cs.CoreSchema:
@@ -59,11 +59,11 @@ ND = obj({"__nd__": cs.literal_schema(["<i8", "<i4"]), "shape": lst(COUNT, 1, 2)
 # one segment of a packed row's recipe (``PackOp._recipe``)
 PACK_SEGMENT = obj({"chunk_id": COUNT, "chunk_offset": COUNT, "lineage": lst(I64),
                     "start": COUNT, "len": POSITIVE}, {"inner": cs.any_schema()})
-# a user operator's replay recipe (``zephon.ops.recipes``): [chunk_id, chunk_offset, lineage, inner]
+# a user operator's replay recipe (``zephon.state.recipes``): [chunk_id, chunk_offset, lineage, inner]
 RECIPE_INPUT = cs.tuple_schema([COUNT, COUNT, lst(I64), cs.any_schema()], strict=False)
 USER_RECIPE = obj({"k": cs.literal_schema(["g", "p", "pf", "f"]), "i": COUNT,
                    "in": lst(lst(cs.any_schema(), 4, 4))})
-# cursors of held records (``zephon.engine.refs``)
+# cursors of held records (``zephon.state.refs``)
 REFS = obj({"chunk_id": ND, "chunk_offset": ND, "lineage": ND},
            {"recipe": lst(cs.union_schema([cs.str_schema(strict=True), lst(cs.any_schema())])),
             "padding_length": ND})

@@ -12,13 +12,16 @@ split child that exists) run when restore re-derives them, with the same error t
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from itertools import chain
 from typing import Any
 
 import numpy as np
 
-from zephon.engine import checkpoint_schema as S
-from zephon.ops.errors import CheckpointError
+from zephon.errors import CheckpointError
+from zephon.state import checkpoint_schema as S
+from zephon.state.fingerprint import check_compatible
+from zephon.state.view import PipelineView
 
 _MAX_CHUNK = 1 << 40       # a lane never reaches this many chunks: larger ids are corrupt
 _MAX_RECIPE_DEPTH = 16     # combining operators chained deeper than this do not exist
@@ -215,3 +218,81 @@ def recipe(view: LaneView, r: Any, field: str, depth: int) -> None:
             fail(f"{field}[{i}].lineage", "lineage entries are child indices or -1 padding")
         if inner is not None:
             recipe(view, inner, f"{field}[{i}].inner", depth + 1)
+
+
+# -- the document --------------------------------------------------------------------------------
+
+def check_document(doc: dict, view: PipelineView) -> int | None:
+    """Everything but the digests; returns the checkpoint's micro-batch size where this
+    pipeline's differs (``fingerprint.check_compatible``)."""
+    model = S.parse(S.DOCUMENT, doc)
+    signed = model["version"] >= 2
+    if signed != (model.get("digest") is not None):
+        fail("digest", "required from version 2 on" if signed else "version 1 has no digest")
+    L = view.canonical_replicas
+    if model["canonical_replicas"] != L:
+        fail("canonical_replicas",
+             f"checkpoint was taken with canonical_replicas={model['canonical_replicas']}, this "
+             f"pipeline has {L}: pass options(canonical_replicas={model['canonical_replicas']})")
+    old_batch = check_compatible(doc, view)
+    ws = _sized_source(view.work_source, model["token_ratios"])
+    for key, lane in model["lanes"].items():
+        lane_id = int(key)
+        if lane_id >= L:
+            fail(f"lanes[{key}]", f"no such lane: canonical_replicas={L}")
+        if lane is None:
+            continue
+        if signed != (lane.get("digest") is not None):
+            fail(f"lanes[{key}].digest", "required from version 2 on" if signed
+                 else "version 1 has no digest")
+        _check_lane(lane, LaneView(ws, L, lane_id, f"lanes[{key}]"), view.serial_ops)
+    missing = [lane for lane in view.owned_lanes if str(lane) not in model["lanes"]]
+    if missing:
+        fail(f"lanes[{missing[0]}]", f"missing, and this rank owns it (lanes {list(missing)} "
+             "absent: join the ranks' checkpoints with merge_checkpoints)")
+    return old_batch
+
+
+def _check_lane(lane: dict, view: LaneView, serial: Sequence) -> None:
+    prefix = view.prefix
+    if lane["skip"] > lane["delivered"]:
+        fail(f"{prefix}.skip", f"{lane['skip']} units since the base, {lane['delivered']} in all")
+    view.set_position(lane["base"]["position"])
+    ops = lane["base"]["ops"]
+    if len(ops) != len(serial):
+        fail(f"{prefix}.base.ops", f"{len(ops)} operator states, this pipeline has "
+                                   f"{len(serial)} operators in its serial stage")
+    for i, (op, state) in enumerate(zip(serial, ops)):
+        field = f"{prefix}.base.ops[{i}]"
+        if not op.traits().requires_serial_state:
+            if state is not None:
+                fail(field, f"{op.op_name} keeps no state, the checkpoint gives it one")
+        elif state is None:
+            fail(field, f"the state of {op.op_name} is missing")
+        else:
+            op.check_state(state, view, field)
+
+
+def _sized_source(ws: Any, ratios: dict | None) -> Any:
+    """The work source as the restored run will draw chunks: primed with the checkpoint's
+    token ratios where it allocates tokens (on a copy: restore applies them later)."""
+    if not hasattr(ws, "datasets_to_measure"):
+        return ws
+    if getattr(ws, "token_estimation", None) is None:
+        if ratios is not None:
+            fail("token_ratios", "this work source allocates samples: must be null")
+        return ws
+    names = list(ws.component_ids())
+    if ratios is None or sorted(ratios) != sorted(names):
+        fail("token_ratios", f"a tokens-per-byte ratio for each of {names} is needed")
+    mine = ws.token_ratios
+    if mine is None:
+        import copy
+
+        ws = copy.copy(ws)
+        ws.set_token_ratios(ratios)
+        mine = ws.token_ratios
+    for n in names:
+        if mine[n] != ratios[n]:
+            fail(f"token_ratios.{n}", f"{ratios[n]!r}, but this work source uses {mine[n]!r}")
+    return ws

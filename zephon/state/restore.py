@@ -4,26 +4,48 @@ For an accumulator at serial position i, its held records are re-derived as they
 fetch the pointers (random access into the work source), run the worker stage, keep the
 children the cursors name, then the stateless serial operators before i. Reorder-only
 accumulators (shuffle, mixture, batch) do not change records and are skipped; a combining one
-(packing) rebuilds its rows from their recipes.
+(packing) rebuilds its rows from their recipes. Which is which is declared in each operator's
+``OpTraits`` (``combines_records``, ``restores_lazily``).
+
+The lane's pointers and its worker stage come in as a ``Rederive`` (built by the engine), so
+this module needs nothing above it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from zephon.block import Block
-from zephon.engine.lane import apply_ops
-from zephon.engine.refs import LazyRecords, refs_len
-from zephon.ops.errors import CheckpointError
+from zephon.errors import CheckpointError
+from zephon.state.refs import LazyRecords, refs_len
 
 
-def restore_chain(chain, op_states: list, lane_plan, lane_id: int) -> None:
+@dataclass(frozen=True)
+class Rederive:
+    """How one lane's records are made again.
+
+    Args:
+        lane_id: The lane.
+        chunk: ``chunk_id -> WorkChunk`` of the lane (None past its end), by random access.
+        worker_stage: The plan's stateless prefix on a pointer block (fetch first; None when
+            it drops every record).
+    """
+
+    lane_id: int
+    chunk: Callable[[int], Any]
+    worker_stage: Callable[[Block], Block | None]
+
+
+def restore_chain(chain, op_states: list, source: Rederive) -> None:
     """Rebuild each accumulator's held records and state. ``Pipeline.restore`` checked all that
     can be checked from pointers; what needs the records (a split child that exists, a token
     range inside its document) fails here, or when a lazily restored record is rebuilt, with a
     ``CheckpointError`` naming the operator's state."""
+    lane_id = source.lane_id
     if len(op_states) != len(chain.stages):
         raise CheckpointError(
             f"lanes[{lane_id}].base.ops", f"{len(op_states)} serial operators, this pipeline "
@@ -32,41 +54,41 @@ def restore_chain(chain, op_states: list, lane_plan, lane_id: int) -> None:
         if stage is None or state is None:
             continue
         where = f"lanes[{lane_id}].base.ops[{i}]"
-        if getattr(stage, "restores_lazily", False) and refs_len(state.get("held")):
+        if chain.ops[i].traits().restores_lazily and refs_len(state.get("held")):
             held = LazyRecords(state["held"], lambda refs, i=i, where=where: _rebuild(
-                chain, i, refs, lane_plan, lane_id, where))
+                chain, i, refs, source, where))
         else:
-            held = _rebuild(chain, i, state.get("held"), lane_plan, lane_id, where)
+            held = _rebuild(chain, i, state.get("held"), source, where)
         try:
             stage.set_state(state, held)
         except CheckpointError as e:
             raise CheckpointError(f"{where}.{e.field}", e.message) from None
 
 
-def _rebuild(chain, i: int, refs: dict | None, lane_plan, lane_id: int, where: str):
+def _rebuild(chain, i: int, refs: dict | None, source: Rederive, where: str):
     try:
-        return rebuild_inputs(chain, i, refs, lane_plan, lane_id)
+        return rebuild_inputs(chain, i, refs, source)
     except CheckpointError as e:
         raise CheckpointError(f"{where}.held", e.message) from None
 
 
-def rebuild_inputs(chain, i: int, refs: dict | None, lane_plan, lane_id: int) -> Block | None:
+def rebuild_inputs(chain, i: int, refs: dict | None, source: Rederive) -> Block | None:
     """The records named by ``refs`` as they entered serial operator ``i``."""
     if refs_len(refs) == 0:
         return None
     combiner = next((j for j in range(i - 1, -1, -1)
-                     if getattr(chain.ops[j], "combines_records", False)), None)
+                     if chain.ops[j].traits().combines_records), None)
     if combiner is not None and "recipe" not in refs:
         raise RuntimeError(f"cannot checkpoint rows of {chain.ops[combiner].op_name} held "
                            "downstream: their payloads are not columnar (use keep_list)")
     if combiner is not None:
         op = chain.ops[combiner]
         seg_refs = op.recipe_inputs(refs)
-        seg_block = rebuild_inputs(chain, combiner, seg_refs, lane_plan, lane_id)
+        seg_block = rebuild_inputs(chain, combiner, seg_refs, source)
         block = op.rebuild_rows(refs, seg_block)
         start = combiner + 1
     else:
-        block = fetch_refs(refs, lane_plan, lane_id)
+        block = fetch_refs(refs, source)
         start = 0
     reran = False
     for j in range(start, i):
@@ -83,16 +105,16 @@ def rebuild_inputs(chain, i: int, refs: dict | None, lane_plan, lane_id: int) ->
     return block
 
 
-def fetch_refs(refs: dict, lane_plan, lane_id: int) -> Block:
+def fetch_refs(refs: dict, source: Rederive) -> Block:
     """Fetch + worker stage for the cursors in ``refs``; rows in the cursors' order."""
     chunk_ids = np.asarray(refs["chunk_id"], dtype=np.int64)
     offsets = np.asarray(refs["chunk_offset"], dtype=np.int64)
     lineage = np.asarray(refs["lineage"], dtype=np.int32).reshape(len(chunk_ids), -1)
     pairs = np.unique(np.stack([chunk_ids, offsets], axis=1), axis=0)
-    ws, L = lane_plan.work_source, lane_plan.canonical_replicas
+    lane_id = source.lane_id
     ds, sh, ix = [], [], []
     for c in np.unique(pairs[:, 0]).tolist():
-        chunk = ws.lane_chunk(lane_id, L, int(c))
+        chunk = source.chunk(int(c))
         if chunk is None:
             raise CheckpointError("", f"names chunk {c} of lane {lane_id}, which the work "
                                   "source does not have: was it built with other settings?")
@@ -104,7 +126,7 @@ def fetch_refs(refs: dict, lane_plan, lane_id: int) -> Block:
     meta = {"dataset_id": np.concatenate(ds), "shard_id": np.concatenate(sh),
             "sample_idx": np.concatenate(ix), "lane_id": np.full(n, lane_id, dtype=np.int64),
             "chunk_id": pairs[:, 0].copy(), "chunk_offset": pairs[:, 1].copy()}
-    block = apply_ops(lane_plan.plan.worker_ops, Block(meta, None))
+    block = source.worker_stage(Block(meta, None))
     if block is None:
         raise CheckpointError("", "names records the worker stage drops (are its operators "
                               "deterministic?)")

@@ -13,7 +13,8 @@ the operator and which of the replay's outputs the row is::
 stateful push, a push followed by a flush, a flush), ``i`` the index among the outputs, and
 ``inner`` the recipe of an input that an upstream combining operator built itself (null
 otherwise), so combining operators can be chained. The engine calls the operator's
-``recipe_inputs`` / ``rebuild_rows`` (``zephon.engine.restore``) with these.
+``recipe_inputs`` / ``rebuild_rows`` (``zephon.state.restore``) with these. Whether rows need
+recipes at all is the plan's decision (``zephon.engine.plan``), handed to each lane.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from zephon.block import Block
-from zephon.engine.refs import RECIPE_COLUMN
+from zephon.state.refs import RECIPE_COLUMN
 
 CursorKey = tuple[int, int, tuple[int, ...]]
 
@@ -139,14 +140,3 @@ def rows_of(recipe: dict, index: dict[CursorKey, int]) -> list[int]:
         return [index[k] for k in input_keys(recipe)]
     except KeyError as e:
         raise RuntimeError(f"restore: input {e.args[0]} of a held row was not re-derived") from e
-
-
-def mark_needs(ops: list) -> None:
-    """Rows need recipes only when a serial operator after theirs may hold them: tell each
-    recipe-making operator whether one follows (so a last stateful step pays nothing)."""
-    serial_after = False
-    for op in reversed(ops):
-        if hasattr(op, "emit_recipes"):
-            op.emit_recipes = serial_after
-        if op.is_serial():
-            serial_after = True

@@ -3,7 +3,9 @@
 A state is first given its declared shape (``checkpoint_schema``), then its parts are held
 against each other and against the pointers its cursors name: the kernels that load these
 states trust them (``zephon/_ext``), so nothing reaches them that this configuration could not
-have produced.
+have produced. An operator names its check in ``StatefulOp.check_state`` (one of the functions
+at the end of this module); the operator is read, never imported, so this module sits below
+``zephon.ops``.
 """
 
 from __future__ import annotations
@@ -13,20 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from zephon.engine import checkpoint_schema as S
-from zephon.engine.checkpoint_checks import Held, LaneView, array, fail, first_bad, ids, int_rows
+from zephon._ext.packing_algorithms import POOLED, WHOLE_RECORDS
+from zephon.state import checkpoint_schema as S
+from zephon.state.checkpoint_checks import Held, LaneView, array, fail, first_bad, ids, int_rows
 
-
-def check_op_state(op: Any, state: Any, view: LaneView, field: str) -> None:
-    """``state`` (an entry of a lane's ``base.ops``) as operator ``op`` could have written it."""
-    for cls, (model, check) in _CHECKS.items():
-        if isinstance(op, cls):
-            parsed = S.parse(model, state, field)
-            held = Held(view, parsed["held"], f"{field}.held")
-            check(op, parsed, held, field)
-            return
-    parsed = S.parse(S.OTHER, state, field)  # a third-party accumulator
-    Held(view, parsed.get("held"), f"{field}.held")
+Check = Callable[[Any, Any, "LaneView", str], None]
 
 
 def _batch(op: Any, st: dict, held: Held, field: str) -> None:
@@ -114,7 +107,7 @@ def _pack(op: Any, st: dict, held: Held, field: str) -> None:
         fail(f"{field}.consumed.shape", f"{len(consumed)} values for {len(held)} held records")
     first_bad(f"{field}.consumed", consumed < 0, "negative")
     valid_groups = set(np.unique(op.group_map).tolist())
-    limit = conf["num_bins"] if conf["algorithm"] in ("first_fit", "best_fit") else 1
+    limit = conf["num_bins"] if conf["algorithm"] in WHOLE_RECORDS else 1
     rids, groups = [], []
     for g, p in st["packers"].items():
         f = f"{field}.packers[{g}]"
@@ -125,8 +118,8 @@ def _pack(op: Any, st: dict, held: Held, field: str) -> None:
                                    f"{conf['algorithm']!r}")
         if len(p["bins"]) > limit:
             fail(f"{f}.bins", f"{len(p['bins'])} open bins, at most {limit}")
-        if p["pool"] and conf["algorithm"] != "best_fit_wrap":
-            fail(f"{f}.pool", "only best_fit_wrap keeps a candidate pool")
+        if p["pool"] and conf["algorithm"] not in POOLED:
+            fail(f"{f}.pool", f"only {' and '.join(POOLED)} keep(s) a candidate pool")
         for i, b in enumerate(p["bins"]):
             if not b or sum(s[2] for s in b) > conf["max_length"]:
                 fail(f"{f}.bins[{i}]", f"empty or longer than max_length={conf['max_length']}")
@@ -168,101 +161,23 @@ def _stateful(op: Any, st: dict, held: Held, field: str) -> None:
     pass  # the held records are the whole state; ``live`` is a flag
 
 
-def _registry() -> dict[type, tuple[type, Callable]]:
-    from zephon.ops.add_op import UserOp
-    from zephon.ops.batch import BatchOp
-    from zephon.ops.ensure_mixture import EnsureMixtureOp
-    from zephon.ops.pack import PackOp
-    from zephon.ops.shuffle import ShuffleOp
-    from zephon.ops.stateful_transform import StatefulTransformOp
-
-    return {BatchOp: (S.BATCH, _batch), ShuffleOp: (S.SHUFFLE, _shuffle),
-            EnsureMixtureOp: (S.MIXTURE, _mixture), PackOp: (S.PACK, _pack),
-            UserOp: (S.RECORD, _record), StatefulTransformOp: (S.STATEFUL, _stateful)}
+def _checked(model: Any, check: Callable[[Any, dict, Held, str], None]) -> Check:
+    def run(op: Any, state: Any, view: LaneView, field: str) -> None:
+        """``state`` (an entry of a lane's ``base.ops``) as ``op`` could have written it."""
+        parsed = S.parse(model, state, field)
+        check(op, parsed, Held(view, parsed["held"], f"{field}.held"), field)
+    return run
 
 
-_CHECKS = _registry()
+batch_state = _checked(S.BATCH, _batch)
+shuffle_state = _checked(S.SHUFFLE, _shuffle)
+mixture_state = _checked(S.MIXTURE, _mixture)
+pack_state = _checked(S.PACK, _pack)
+record_state = _checked(S.RECORD, _record)
+stateful_state = _checked(S.STATEFUL, _stateful)
 
 
-# -- the document --------------------------------------------------------------------------------
-
-def check_document(doc: dict, pipeline: Any) -> int | None:
-    """Everything but the digests; returns the checkpoint's micro-batch size where this
-    pipeline's differs (``checkpoint.check_compatible``)."""
-    from zephon.engine.checkpoint import check_compatible
-    from zephon.engine.plan import compile_plan
-    from zephon.engine.topology import resolve_topology
-
-    model = S.parse(S.DOCUMENT, doc)
-    signed = model["version"] >= 2
-    if signed != (model.get("digest") is not None):
-        fail("digest", "required from version 2 on" if signed else "version 1 has no digest")
-    topo = resolve_topology(pipeline._options)
-    L = topo.canonical_replicas
-    if model["canonical_replicas"] != L:
-        fail("canonical_replicas",
-             f"checkpoint was taken with canonical_replicas={model['canonical_replicas']}, this "
-             f"pipeline has {L}: pass options(canonical_replicas={model['canonical_replicas']})")
-    old_batch = check_compatible(doc, pipeline)
-    ws = _sized_source(pipeline.work_source, model["token_ratios"])
-    serial = compile_plan(pipeline._all_ops()).serial_ops
-    for key, lane in model["lanes"].items():
-        lane_id = int(key)
-        if lane_id >= L:
-            fail(f"lanes[{key}]", f"no such lane: canonical_replicas={L}")
-        if lane is None:
-            continue
-        if signed != (lane.get("digest") is not None):
-            fail(f"lanes[{key}].digest", "required from version 2 on" if signed
-                 else "version 1 has no digest")
-        _check_lane(lane, LaneView(ws, L, lane_id, f"lanes[{key}]"), serial)
-    missing = [lane for lane in topo.owned_lanes if str(lane) not in model["lanes"]]
-    if missing:
-        fail(f"lanes[{missing[0]}]", f"missing, and this rank owns it (lanes {list(missing)} "
-             "absent: join the ranks' checkpoints with merge_checkpoints)")
-    return old_batch
-
-
-def _check_lane(lane: dict, view: LaneView, serial: list) -> None:
-    prefix = view.prefix
-    if lane["skip"] > lane["delivered"]:
-        fail(f"{prefix}.skip", f"{lane['skip']} units since the base, {lane['delivered']} in all")
-    view.set_position(lane["base"]["position"])
-    ops = lane["base"]["ops"]
-    if len(ops) != len(serial):
-        fail(f"{prefix}.base.ops", f"{len(ops)} operator states, this pipeline has "
-                                   f"{len(serial)} operators in its serial stage")
-    for i, (op, state) in enumerate(zip(serial, ops)):
-        field = f"{prefix}.base.ops[{i}]"
-        if not op.is_serial():
-            if state is not None:
-                fail(field, f"{op.op_name} keeps no state, the checkpoint gives it one")
-        elif state is None:
-            fail(field, f"the state of {op.op_name} is missing")
-        else:
-            check_op_state(op, state, view, field)
-
-
-def _sized_source(ws: Any, ratios: dict | None) -> Any:
-    """The work source as the restored run will draw chunks: primed with the checkpoint's
-    token ratios where it allocates tokens (on a copy: restore applies them later)."""
-    if not hasattr(ws, "datasets_to_measure"):
-        return ws
-    if getattr(ws, "token_estimation", None) is None:
-        if ratios is not None:
-            fail("token_ratios", "this work source allocates samples: must be null")
-        return ws
-    names = list(ws.component_ids())
-    if ratios is None or sorted(ratios) != sorted(names):
-        fail("token_ratios", f"a tokens-per-byte ratio for each of {names} is needed")
-    mine = ws.token_ratios
-    if mine is None:
-        import copy
-
-        ws = copy.copy(ws)
-        ws.set_token_ratios(ratios)
-        mine = ws.token_ratios
-    for n in names:
-        if mine[n] != ratios[n]:
-            fail(f"token_ratios.{n}", f"{ratios[n]!r}, but this work source uses {mine[n]!r}")
-    return ws
+def other_state(op: Any, state: Any, view: LaneView, field: str) -> None:
+    """A third-party accumulator's state: its held cursors, the rest is its own."""
+    parsed = S.parse(S.OTHER, state, field)
+    Held(view, parsed.get("held"), f"{field}.held")

@@ -1,7 +1,7 @@
 """Multi-rank checkpoints: every rank contributes its lanes, every rank gets the merged dict.
 
 Through ``options(aggregate_store="torch://")`` (torch.distributed's key-value store,
-``store_gather.py``) when set; else through ``torch.distributed`` when a process group is
+``zephon/state/store_gather.py``) when set; else through ``torch.distributed`` when a process group is
 initialised (``all_gather_object``, gloo or nccl), else through ``options(aggregate_dir=...)``
 (a shared folder or fsspec URL). With
 neither, a rank's checkpoint holds its own lanes and ``merge_checkpoints`` joins them later.
@@ -15,53 +15,9 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
 
-
-def merge_checkpoints(parts: Sequence[Mapping[str, Any]]) -> dict:
-    """Union of the lanes of several ranks' checkpoints (they must agree on everything else).
-
-    Needed only when the ranks' checkpoints were taken apart (no ``torch.distributed`` group,
-    no ``aggregate_dir`` / ``aggregate_store``); otherwise ``checkpoint()`` merges itself.
-
-    Args:
-        parts: The checkpoints of the ranks, any order.
-
-    Returns:
-        One checkpoint holding every lane, for ``Pipeline.restore``.
-
-    Raises:
-        ValueError: ``parts`` is empty.
-        RuntimeError: The checkpoints come from different pipelines, or two ranks hold
-            different states of one lane.
-    """
-    if not parts:
-        raise ValueError("merge_checkpoints needs at least one checkpoint")
-    first = parts[0]
-    merged = {k: v for k, v in first.items() if k != "lanes"}
-    lanes: dict[str, Any] = {}
-    for p in parts:
-        if p["fingerprint"] != first["fingerprint"] or p["canonical_replicas"] != first["canonical_replicas"]:
-            raise RuntimeError("ranks' checkpoints disagree on the pipeline: were all ranks "
-                               "built with the same definition and options?")
-        for lane, st in p["lanes"].items():
-            if lane in lanes and lanes[lane] is not None and st is not None and lanes[lane] != st:
-                # ranks of one data-parallel group own the same lanes and hold equal states
-                raise RuntimeError(f"lane {lane} has different states on two ranks")
-            if lanes.get(lane) is None:
-                lanes[lane] = st
-    merged["lanes"] = dict(sorted(lanes.items(), key=lambda kv: int(kv[0])))
-    if "digest" in first:  # each part's header is checked, then the union's is signed anew
-        from zephon.engine.checkpoint import header_digest
-        from zephon.ops.errors import CheckpointError
-
-        for i, p in enumerate(parts):
-            if p.get("digest") != header_digest(p):
-                raise CheckpointError(f"parts[{i}].digest", "a rank's checkpoint was changed "
-                                      "after it was written (or corrupted)")
-        merged["digest"] = header_digest(merged)
-    return merged
+from zephon.state.checkpoint import merge_checkpoints
+from zephon.state.store_gather import gather_store
 
 
 def _dist():
@@ -80,8 +36,6 @@ def gather(local: dict, opts, topology, round_no: int) -> dict:
         return local  # in a DataLoader worker: no collectives (its loader keeps each worker's)
     store = opts.get("aggregate_store")
     if store:  # chosen explicitly: the torch store, even when a process group exists
-        from zephon.engine.store_gather import gather_store
-
         return gather_store(local, str(store), str(opts.get("run_id")), topology,
                             float(opts.get("aggregate_timeout_s")), round_no)
     dist = _dist()

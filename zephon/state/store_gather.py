@@ -17,34 +17,12 @@ import json
 import os
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlsplit
+
+from zephon.option_values import parse_store_uri
+from zephon.state.checkpoint import merge_checkpoints
 
 PART_BYTES = 4 << 20
 _clients: dict[tuple[str, int, int], Any] = {}  # (host, port, pid) -> TCPStore client
-
-
-def parse_store_uri(uri: Any) -> tuple[str, int] | None:
-    """``"torch://"`` -> None (``MASTER_ADDR``/``MASTER_PORT`` when used), ``"torch://h:p"``
-    -> (h, p). Anything else is refused with ``ValueError`` (``TypeError`` for non-strings)."""
-    if not isinstance(uri, str):
-        raise TypeError(f"aggregate_store must be a string such as 'torch://', got "
-                        f"{type(uri).__name__}")
-    parts = urlsplit(uri)
-    if parts.scheme != "torch":
-        raise ValueError(f"aggregate_store {uri!r}: only torch:// stores are supported")
-    if parts.username or parts.password or parts.path not in ("", "/") or parts.query \
-            or parts.fragment:
-        raise ValueError(f"aggregate_store {uri!r}: give only torch:// or torch://host:port "
-                         "(no credentials, path or query)")
-    if not parts.netloc:
-        return None
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    if not parts.hostname or port is None or not 0 < port < 65536:
-        raise ValueError(f"aggregate_store {uri!r}: needs host:port with a port in 1..65535")
-    return parts.hostname, port
 
 
 def _address(uri: str) -> tuple[str, int]:
@@ -101,8 +79,6 @@ def _drop(store: Any, key: str) -> None:
 def gather_store(local: dict, uri: str, run_id: str, topology, timeout: float,
                  round_no: int) -> dict:
     """Every rank's checkpoint through the store, merged (collective: all ranks call it)."""
-    from zephon.engine.gather import merge_checkpoints
-
     store = client(uri, timeout)
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     base = f"zephon/{run_id}/{restart}"

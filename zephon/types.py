@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from zephon.block import Block
+from zephon.columns import column
 
 SampleId = tuple[int, int, int]
 LineagePath = tuple[int, ...]
@@ -307,8 +308,6 @@ class SampleBatch:
         for fixed-width numbers, a ``RaggedColumn`` (numpy offsets + values) for token ids, a
         ``pyarrow.Array`` for strings and the rest (see ``zephon.columns``). The fast way to
         read a batch."""
-        from zephon.columns import column
-
         return column(self._block, name)
 
     def to_arrow(self) -> pa.Table:

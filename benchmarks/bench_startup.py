@@ -1,6 +1,7 @@
 """Start-up, defaults and memory (issue #19), side by side, each run in a fresh process.
 
-    python benchmarks/bench_startup.py [--repeats 3] [--compare OLD_TREE] [--only w1,access,w2,start]
+    python benchmarks/bench_startup.py [--repeats 3] [--compare OLD_TREE]
+        [--only w1,access,w2,start,ttfb] [--format jsonl]
 
 On the bench's Parquet/JSONL corpus (``python -m zephon bench``'s, 100k documents of ~2 KB):
 
@@ -17,7 +18,13 @@ On the bench's Parquet/JSONL corpus (``python -m zephon bench``'s, 100k document
   torch DataLoader doing the same work with 2 workers (``zephon/bench/torch_baseline.py``).
   Targets: PSS <= 400 MB and below the DataLoader's; tokens/s >= 95% of ``--compare``'s;
 - start: time to the first batch of W2 (2 workers) and of ``python -m zephon demo``'s
-  pipeline (defaults), with ``metrics_snapshot()["startup"]``'s breakdown.
+  pipeline (defaults), with ``metrics_snapshot()["startup"]``'s breakdown;
+- ttfb: the README's pretraining pipeline with ``TokenEstimation()``, 2 workers: seconds from
+  building it to its first batch with an empty node cache (cold), again (warm), and restored
+  from a checkpoint of the warm run. Targets: cold <= 3 s, warm <= 1 s, restore <= warm;
+- mixture (with ttfb in ``--only``): the realised token shares over the first 2,000 batches
+  of that pipeline, its estimate from the node cache the cold run filled, with and without
+  ``ensure_mixture``; ``max_off`` is the largest |share - weight|. Target: within 1%.
 
 ``--compare OLD_TREE`` runs the w1 default, w2 and start cells with that source tree too, turn
 about with this one. Runs start from a temporary directory so that the worker processes import
@@ -167,7 +174,72 @@ def child_start(which: str) -> dict:
     return {"first_batch_s": first, "startup": snap.get("startup")}
 
 
-CHILDREN = {"w1": child_w1, "access": child_access, "w2": child_w2, "start": child_start}
+def _readme_pipeline(corpus, fmt: str, ensure: bool = True):
+    """The README's pretraining pipeline, token-aware (``TokenEstimation()``), on the corpus
+    (``ensure=False``: without ``ensure_mixture``, the estimate alone keeps the mixture)."""
+    from zephon import Pipeline
+    from zephon.io import Dataset
+    from zephon.work import StaticMixtureWorkSource, TokenEstimation
+
+    ws = StaticMixtureWorkSource(
+        datasets=[Dataset.from_path(n, p) for n, p in corpus.datasets(fmt)],
+        mixture=dict(corpus.mixture), seed=42, token_estimation=TokenEstimation())
+    p = (Pipeline(ws)
+         .tokenize(tokenizer=corpus.tokenizer_path, field="text")
+         .shuffle(buffer_size=8192, seed=1))
+    if ensure:
+        p = p.ensure_mixture()
+    return (p.pack_flat(max_length=2049, algorithm="best_fit", num_bins=64, pad_token_id=0)
+            .batch(microbatch_size=8)
+            .options(num_workers=2))
+
+
+def child_ttfb(mode: str, cache_dir: str, fmt: str) -> dict:
+    """Seconds from building the README pipeline (datasets discovered, priming included) to
+    its first batch, with the node cache in ``cache_dir``: "cold" (empty), "warm" (filled by
+    the cold run; it also saves a checkpoint after 20 batches) or "restore" (that checkpoint)."""
+    os.environ["ZEPHON_CACHE_DIR"] = cache_dir
+    corpus = _corpus()
+    t0 = time.perf_counter()
+    p = _readme_pipeline(corpus, fmt)
+    ckpt = Path(cache_dir) / f"ttfb-{fmt}.json"
+    if mode == "restore":
+        p = p.restore(json.loads(ckpt.read_text()))
+    it = iter(p)
+    next(it)
+    first = time.perf_counter() - t0
+    snap = p.metrics_snapshot() or {}
+    if mode == "warm":
+        for _ in range(19):
+            next(it)
+        ckpt.write_text(json.dumps(p.checkpoint()))
+    p.close()
+    priming = snap.get("priming") or {}
+    return {"first_batch_s": first, "priming_s": priming.get("seconds"),
+            "priming": {k: v.get("source") for k, v in (priming.get("datasets") or {}).items()},
+            "startup": snap.get("startup")}
+
+
+def child_mixture(cache_dir: str, fmt: str, ensure: str, batches: int) -> dict:
+    """The realised token mixture over the first ``batches`` batches of the README pipeline,
+    its estimate from the node cache in ``cache_dir`` (the ttfb cell's cold run filled it)."""
+    os.environ["ZEPHON_CACHE_DIR"] = cache_dir
+    corpus = _corpus()
+    p = _readme_pipeline(corpus, fmt, ensure=ensure == "ensure")
+    for _, _b in zip(range(int(batches)), p):
+        pass
+    snap = p.metrics_snapshot() or {}
+    p.close()
+    ds = snap.get("datasets", {})
+    off = max(abs(v["token_share"] - v["target"]) for v in ds.values())
+    return {"max_off": off, "shares": {k: round(v["token_share"], 4) for k, v in ds.items()},
+            "target": {k: v["target"] for k, v in ds.items()},
+            "priming": {k: v.get("source") for k, v
+                        in ((snap.get("priming") or {}).get("datasets") or {}).items()}}
+
+
+CHILDREN = {"w1": child_w1, "access": child_access, "w2": child_w2, "start": child_start,
+            "ttfb": child_ttfb, "mixture": child_mixture}
 
 
 def run_child(tree: Path, kind: str, *args) -> dict:
@@ -193,7 +265,9 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--w2-seconds", type=float, default=10.0)
     ap.add_argument("--compare", default=None, help="an older source tree to run beside")
-    ap.add_argument("--only", default="w1,access,w2,start")
+    ap.add_argument("--only", default="w1,access,w2,start,ttfb")
+    ap.add_argument("--format", default="jsonl", help="ttfb's shard format (jsonl, parquet)")
+    ap.add_argument("--mixture-batches", type=int, default=2000)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if args.child:
@@ -230,13 +304,23 @@ def main() -> int:
             for name, tree in trees.items():
                 turn(f"w2 zephon ({name})", tree, "w2", "zephon", float(args.w2_seconds))
             turn("w2 torch DataLoader", HERE, "w2", "torch", float(args.w2_seconds))
+        if "ttfb" in only:
+            for name, tree in trees.items():
+                cache = tempfile.mkdtemp(prefix="zs-ttfb-")  # an empty node cache
+                for mode in ("cold", "warm", "restore"):
+                    turn(f"ttfb {mode} ({name})", tree, "ttfb", mode, cache, args.format)
+                if "mixture" in only:  # the estimate the cold run cached
+                    for ensure in ("ensure", "estimate-only"):
+                        turn(f"mixture {ensure} ({name})", tree, "mixture", cache,
+                             args.format, ensure, args.mixture_batches)
         if "start" in only:
             for name, tree in trees.items():
                 turn(f"start W2 2 workers ({name})", tree, "start", "w2")
                 turn(f"start demo ({name})", tree, "start", "demo")
     print("\n| cell | median | runs |\n|---|---|---|")
     for label, runs in cells.items():
-        keys = [k for k in ("rate", "pss_mb", "first_batch_s", "records", "column")
+        keys = [k for k in ("rate", "pss_mb", "first_batch_s", "priming_s", "max_off", "records",
+                            "column")
                 if _med(runs, k) is not None]
         med = ", ".join(f"{k} {_med(runs, k):,.2f}" for k in keys)
         print(f"| {label} | {med} | {len(runs)} |")

@@ -80,3 +80,61 @@ if __name__ == "__main__":
 """)
     out = _run(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
     assert out.splitlines() == ["0 ['jemalloc']", "2 ['jemalloc']"]
+
+
+def test_zephons_processes_leave_pandas_unimported(tmp_path):
+    """pyarrow imports pandas at its first conversion of values (~30 MiB and a few hundred ms
+    per process); the coordinator and workers keep it out unless the pipeline brings it."""
+    script = tmp_path / "pandas_free.py"
+    script.write_text(f"""
+import sys
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+from engine_fakes import FakeDataset, FakeWorkSource
+from zephon import Pipeline
+
+
+def seen(p):
+    p["pandas"] = "pandas" in sys.modules
+    return p
+
+
+if __name__ == "__main__":
+    ws = FakeWorkSource([FakeDataset("a", 2, 200)], chunk_size=20)
+    p = Pipeline(ws).map_transform(seen).shuffle(buffer_size=16, seed=1).batch(8)
+    p = p.options(num_workers=2, micro_batch_size=10)
+    print(sorted({{r.payload["pandas"] for b in p for r in b.records}}))
+""")
+    out = _run(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
+    assert out.splitlines()[-1] == "[False]"
+
+
+def test_a_pipeline_that_brings_pandas_keeps_pyarrows_pandas_handling(tmp_path):
+    script = tmp_path / "with_pandas.py"
+    script.write_text(f"""
+import sys
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+import pandas as pd
+import pyarrow as pa
+from engine_fakes import FakeDataset, FakeWorkSource
+from zephon import Pipeline
+
+
+def nulls(p):
+    p["nulls"] = pa.array(pd.Series([1.0, None])).null_count  # NaN is null for pandas input
+    return p
+
+
+if __name__ == "__main__":
+    ws = FakeWorkSource([FakeDataset("a", 1, 40)], chunk_size=20)
+    p = Pipeline(ws).map_transform(nulls).options(num_workers=1, micro_batch_size=10)
+    print(sorted({{r.payload["nulls"] for r in p}}))
+""")
+    out = _run(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
+    assert out.splitlines()[-1] == "[1]"
+
+
+def test_pandas_stays_usable_after_the_first_look_without_it():
+    code = ("import sys, pyarrow as pa; from zephon.arrow_memory import arrow_without_pandas; "
+            "print(arrow_without_pandas(), 'pandas' in sys.modules); pa.array([1, 2]); "
+            "print('pandas' in sys.modules, type(pa.table({'a': [1]}).to_pandas()).__name__)")
+    assert _run(code).splitlines() == ["True False", "False DataFrame"]

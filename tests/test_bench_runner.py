@@ -54,6 +54,17 @@ def test_zephon_measures_every_workload(bench_out):
         assert 0 <= payload["padding"][f"zephon {packer}"]["padding_fraction"] < 0.2
 
 
+def test_w2_memory_is_each_systems_own(bench_out):
+    """W2 runs in a fresh interpreter each: Zephon's process tree never holds the torch that
+    the DataLoader's runs import (it did in the benchmark's shared process), and both report
+    their peak PSS."""
+    payload = json.loads((bench_out / "bench.json").read_text())
+    w2 = {e["system"]: e for e in payload["results"] if e["workload"] == "W2"}
+    ours, loader = w2["zephon"]["runs"], w2["torch-dataloader"]["runs"]
+    assert ours and all(r["torch_in_tree"] is False and r["pss_peak_bytes"] > 0 for r in ours)
+    assert all(r["torch_in_tree"] is True for r in loader if "error" not in r)
+
+
 def test_table_and_chart_are_written(bench_out):
     md = (bench_out / "bench.md").read_text()
     for w in suite.WORKLOADS:

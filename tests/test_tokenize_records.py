@@ -246,3 +246,29 @@ def test_token_calibration_leaves_padding_out(tmp_path):
         return ws.token_ratios
 
     assert ratios(padding="max_length", max_length=512) == ratios()
+
+
+def test_encoding_goes_in_bounded_calls_with_the_same_result(tokenizer_path):
+    """A block's texts are encoded ENCODE_DOCS at a time (one call's ``Encoding`` objects for
+    a 1,024-document block took ~60 MB, kept by glibc in every worker); ids are the same as
+    one call's."""
+    from tokenizers import Tokenizer
+
+    from zephon.ops import tokenizer_source as ts
+
+    real = Tokenizer.from_file(tokenizer_path)
+    calls = []
+
+    class Counting:
+        def encode_batch(self, texts, add_special_tokens=False):
+            calls.append(len(texts))
+            return real.encode_batch(texts, add_special_tokens=add_special_tokens)
+
+    texts = synthetic.documents(3 * ts.ENCODE_DOCS + 5, seed=3, mean_words=20)
+    tok = ts.LoadedTokenizer(ts.TokenizerSpec("json"), backend=Counting())
+    offsets, values = tok.encode(texts)
+    assert calls == [ts.ENCODE_DOCS] * 3 + [5]
+    whole = real.encode_batch(texts, add_special_tokens=False)
+    assert values.tolist() == [i for e in whole for i in e.ids]
+    assert np.diff(offsets).tolist() == [len(e.ids) for e in whole]
+    assert tok.encode([])[0].tolist() == [0] and len(tok.encode([])[1]) == 0

@@ -65,3 +65,41 @@ def use_decode_pool() -> str | None:
         _chosen = pool.backend_name
         return _chosen
     return None
+
+
+class _PandasHidden:
+    """A meta-path finder that refuses pandas (``arrow_without_pandas``)."""
+
+    @staticmethod
+    def find_spec(name: str, path=None, target=None):
+        if name == "pandas" or name.startswith("pandas."):
+            raise ImportError("pandas is hidden from pyarrow's first look (zephon)")
+        return None
+
+
+def arrow_without_pandas() -> bool:
+    """Keep pyarrow from importing pandas in one of zephon's own processes; True if done.
+
+    pyarrow imports pandas, when it is installed, on its first conversion of Python or numpy
+    values (``pa.array``, ``pa.scalar``, ``chunked_array``, ``compute`` calls with numpy
+    arguments: it checks for pandas objects), and the engine makes such calls in every
+    process. That import cost each coordinator and worker about 30 MiB (a fifth of a W2
+    worker's PSS) and a few hundred milliseconds of its start. pyarrow looks once and
+    remembers: if that first look fails, it treats values as non-pandas from then on, while
+    its explicit pandas entry points (``to_pandas``, ``from_pandas``) still import pandas when
+    called. So the first look is made here with pandas hidden. Skipped when pandas is already
+    imported (a user function unpickled in this process refers to it), so a pipeline that
+    brings pandas keeps pyarrow's pandas handling; never done in the training process, which
+    is the user's."""
+    import sys
+
+    if "pandas" in sys.modules:
+        return False
+    import pyarrow as pa
+
+    sys.meta_path.insert(0, _PandasHidden)
+    try:
+        pa.array([0])
+    finally:
+        sys.meta_path.remove(_PandasHidden)
+    return "pandas" not in sys.modules

@@ -77,26 +77,47 @@ def _require_columnar(block: Block, what: str) -> pa.Table | None:
                     "batch.records")
 
 
+_NUMBERS, _RAGGED, _ARROW = 0, 1, 2
+_KINDS: dict[pa.DataType, int] = {}  # what ``column`` returns for a type without nulls
+
+
+def _kind(t: pa.DataType) -> int:
+    kind = _KINDS.get(t)
+    if kind is None:
+        if pa.types.is_integer(t) or pa.types.is_floating(t):
+            kind = _NUMBERS
+        elif (pa.types.is_list(t) or pa.types.is_large_list(t)
+              or pa.types.is_fixed_size_list(t)) \
+                and (pa.types.is_integer(t.value_type) or pa.types.is_floating(t.value_type)):
+            kind = _RAGGED
+        else:
+            kind = _ARROW
+        _KINDS[t] = kind
+    return kind
+
+
 def column(block: Block, name: str) -> Any:
-    """One column of ``block`` (see the module docstring for what comes back)."""
-    table = _require_columnar(block, f"column({name!r})")
-    if table is None or name not in table.column_names or name.startswith("__"):
+    """One column of ``block`` (see the module docstring for what comes back). It runs once
+    per batch in a training loop, so the type checks are cached per type: the per-batch cost
+    of reading a string column was 5 us, a third of reading its 32 texts."""
+    table = block.payload
+    i = table.schema.get_field_index(name) if isinstance(table, pa.Table) else -1
+    if i < 0 or name.startswith("__"):
+        table = _require_columnar(block, f"column({name!r})")
         if name in META_FIELDS:
             return _read_only(block.meta[name])
         names = _visible(table) if table is not None else []
         raise KeyError(f"no column {name!r} in this batch: payload columns {names}, identity "
                        f"columns {list(META_FIELDS)}")
-    col = table.column(name)
-    t = col.type
-    if col.null_count == 0:
-        if pa.types.is_integer(t) or pa.types.is_floating(t):
-            if col.num_chunks == 1:
-                return _read_only(col.chunk(0).to_numpy(zero_copy_only=True))
-            return col.to_numpy()
-        if (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)) \
-                and (pa.types.is_integer(t.value_type) or pa.types.is_floating(t.value_type)):
-            offsets, values = ragged_column(table, name)
-            return RaggedColumn(_read_only(offsets), _read_only(values))
+    col = table.column(i)
+    kind = _kind(col.type) if col.null_count == 0 else _ARROW
+    if kind == _NUMBERS:
+        if col.num_chunks == 1:
+            return _read_only(col.chunk(0).to_numpy(zero_copy_only=True))
+        return col.to_numpy()
+    if kind == _RAGGED:
+        offsets, values = ragged_column(table, name)
+        return RaggedColumn(_read_only(offsets), _read_only(values))
     return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
 
 

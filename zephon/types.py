@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from zephon.block import Block
+from zephon.columns import column
 
 SampleId = tuple[int, int, int]
 LineagePath = tuple[int, ...]
@@ -315,8 +316,6 @@ class SampleBatch:
                 ``KeyError`` (listing the columns there are) when neither exists, and
                 ``TypeError`` when the payloads are Python objects Arrow cannot hold as columns.
         """
-        from zephon.columns import column
-
         return column(self._block, name)
 
     def to_arrow(self) -> pa.Table:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from zephon.bench import checkpoints, limits, workloads
+from zephon.bench import checkpoints, isolated, limits, workloads
 from zephon.bench.corpus import Corpus
 from zephon.bench.meter import rate
 from zephon.bench.params import BenchParams
@@ -74,6 +74,9 @@ def one_run(corpus: Corpus, workload: str, fmt: str, workers: int, system: str,
         if run is None:
             return _attempt(lambda: limits.run_limit(corpus, workload, fmt, p))
         return _attempt(lambda: run(corpus, workers, p))
+    if workload == "W2" and system in ("zephon", "torch-dataloader"):  # memory of its own
+        return _attempt(lambda: isolated.run(corpus, system, fmt, workers, p,
+                                             checkpoint=fold_w3 and system == "zephon"))
     if system == "zephon":
         return _attempt(lambda: workloads.run_ours(corpus, workload, fmt, workers, p,
                                                    checkpoint=fold_w3 and workload == "W2"))

@@ -41,7 +41,7 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterator
 
-from zephon.arrow_memory import use_decode_pool
+from zephon.arrow_memory import arrow_without_pandas, use_decode_pool
 from zephon.engine import cleanup, metrics, shm, spawning, wire
 from zephon.engine.config import EngineConfig, mp_context, start_method  # noqa: F401
 from zephon.engine.lane import Prepared, held_by_op, pointer_end, round_robin_states
@@ -370,8 +370,9 @@ def coordinator_main(conn, lane_plan_blob: bytes, ops_blob: bytes, cfg: EngineCo
     try:
         try:
             use_decode_pool()  # before the workers fork from us: they inherit it
-            coord = Coordinator(conn, spawning.user_blob_loads(lane_plan_blob, "pipeline"),
-                                cfg, ops_blob)
+            lane_plan = spawning.user_blob_loads(lane_plan_blob, "pipeline")
+            arrow_without_pandas()  # once the user's functions are in (and inherited too)
+            coord = Coordinator(conn, lane_plan, cfg, ops_blob)
             metrics.mark("coordinator_ready")
         finally:  # the watcher is a thread: only once the first workers are forked
             cleanup.watch(cfg.parent, leave)

@@ -42,20 +42,26 @@ class MixtureCheck:
         self.window = int(window)
         self.hints = hints
         self.counts = np.zeros(len(self.names), dtype=np.int64)
+        self.total = 0  # sum of ``counts``, kept as a Python int: a numpy sum per batch cost more
         self.warned = False
         self.windows = 0  # windows judged so far
 
-    def add(self, records: np.ndarray | None, tokens: np.ndarray | None) -> None:
-        """Counts of one delivered unit per dataset (either may be None when unknown)."""
+    def add(self, records: np.ndarray | None, tokens: np.ndarray | None,
+            n_records: int | None = None) -> None:
+        """Counts of one delivered unit per dataset (either may be None when unknown);
+        ``n_records``: the records' sum, when the caller knows it."""
         part = tokens if self.unit == "tokens" else records
         if part is None or self.warned:
             return
         self.counts += part
-        if self.counts.sum() >= self.window:
+        self.total += n_records if n_records is not None and part is records \
+            else int(part.sum())
+        if self.total >= self.window:
             self._judge()
 
     def _judge(self) -> None:
         counts, self.counts = self.counts, np.zeros_like(self.counts)
+        self.total = 0
         self.windows += 1
         shares = counts / counts.sum()
         off = np.abs(shares - self.target)

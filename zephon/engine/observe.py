@@ -71,6 +71,7 @@ class Observer:
         if block is not None:
             n = len(self.names)
             comp = block.meta.get("comp_samples")
+            n_recs = None  # their sum, when known without a numpy sum
             if comp is not None:
                 k = min(n, comp.shape[1])
                 recs = np.zeros(n, dtype=np.int64)
@@ -78,13 +79,14 @@ class Observer:
             elif n == 1:
                 recs = np.array([len(block)], dtype=np.int64)
             else:
+                n_recs = len(block)
                 recs = np.bincount(block.meta["dataset_id"], minlength=n)[:n]
             self.records += recs
             t = _tokens_per_dataset(block, n, self._token_field(block))
             if t is not None:
                 self.tokens += t
             if self.mixture is not None:
-                self.mixture.add(recs, t)
+                self.mixture.add(recs, t, n_recs)
         elif hasattr(unit, "meta"):
             d = unit.meta.sample_id[0]
             self.records[d] += 1

@@ -30,11 +30,12 @@ OUTPUT_SLOT_BYTES = 2 << 20
 class OutputRing:
     def __init__(self, conn, cfg: EngineConfig, wait) -> None:
         self.conn = conn
-        self.pool = shm.SlotPool(cfg.prefix, "o", cfg.output_slots,
-                                 min(cfg.slot_bytes, OUTPUT_SLOT_BYTES))
+        self.frame_bytes = min(cfg.slot_bytes, OUTPUT_SLOT_BYTES)
+        self.pool = shm.SlotPool(cfg.prefix, "o", cfg.output_slots, self.frame_bytes)
         self.free = list(range(cfg.output_slots))
         self.on_demand = cfg.prefetch == 0
         self.frame_units = 1 if self.on_demand else FRAME_UNITS
+        self.unit_bytes = 0  # the largest bytes per unit of a frame so far (``_fit``)
         self.wait = wait
         self.pending: list[tuple[int, object, object]] = []
         self.held_fn = None  # set by the coordinator once its lanes exist
@@ -62,6 +63,15 @@ class OutputRing:
         if len(self.pending) >= self.frame_units:
             self.flush()
 
+    def _fit(self, length: int, units: int) -> None:
+        """Units per frame from the sizes seen: frames are cut where they fill a slot, not
+        written and found too large (a 64-batch W1 frame of 4.5 MB halved twice down to 2 MiB
+        slots was written three times over: most of what the smaller slots had cost)."""
+        if self.on_demand or length * 2 < self.frame_bytes and units < FRAME_UNITS:
+            return  # a frame flushed early (the coordinator was about to wait) tells little
+        self.unit_bytes = max(self.unit_bytes, -(-length // units))
+        self.frame_units = max(1, min(FRAME_UNITS, int(0.9 * self.frame_bytes) // self.unit_bytes))
+
     def flush(self) -> None:
         units, self.pending = self.pending, []
         if units:
@@ -86,4 +96,6 @@ class OutputRing:
         delta = metrics.LOCAL.take_delta()
         if self.held_fn is not None:
             delta["held"] = self.held_fn()
-        self.conn.send(("frame", slot, writer.finish(), grown, delta))
+        length = writer.finish()
+        self._fit(length, len(units))
+        self.conn.send(("frame", slot, length, grown, delta))

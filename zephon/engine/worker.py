@@ -28,7 +28,7 @@ from collections import deque
 
 import numpy as np
 
-from zephon.arrow_memory import use_decode_pool
+from zephon.arrow_memory import arrow_without_pandas, use_decode_pool
 from zephon.engine import cleanup, metrics, shm, spawning, wire
 from zephon.engine.lane import apply_ops
 from zephon.engine.spawning import describe_exit  # noqa: F401  (its old home)
@@ -70,6 +70,7 @@ def worker_main(conn, spec: dict) -> None:
     try:
         use_decode_pool()
         ops = spawning.user_blob_loads(spec["ops"], "operators")
+        arrow_without_pandas()  # after the user's functions: see arrow_memory.py
         ctx = OpContext(StageInfo(0, "workers", 0), worker_id=index, runner="process",
                         num_workers=spec["workers"])
         for op in ops:

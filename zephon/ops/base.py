@@ -157,11 +157,27 @@ class Operator(ABC):
     # -- restore of rows an operator built (``OpTraits.combines_records``) ------------------------
 
     def recipe_inputs(self, refs: dict) -> dict:
-        """Cursors of every input that the recipes in ``refs`` replay, once each."""
+        """Cursors of every input that the recipes in ``refs`` replay, once each (operators
+        whose traits say ``combines_records``; restore fetches these inputs again).
+
+        Args:
+            refs: The held rows' cursors as a checkpoint stores them, with their ``recipe``.
+
+        Returns:
+            Cursors (``chunk_id``, ``chunk_offset``, ``lineage`` arrays) of the inputs.
+        """
         raise TypeError(f"operator {self.op_name} does not combine records")
 
     def rebuild_rows(self, refs: dict, inputs: Block) -> Block:
-        """The rows ``refs`` names, built again from their ``recipe_inputs`` (``inputs``)."""
+        """The rows ``refs`` names, built again from their ``recipe_inputs``.
+
+        Args:
+            refs: The held rows' cursors with their ``recipe``, as for ``recipe_inputs``.
+            inputs: The records ``recipe_inputs`` named, fetched and prepared again.
+
+        Returns:
+            The rows, as the operator held them when the checkpoint was taken.
+        """
         raise TypeError(f"operator {self.op_name} does not combine records")
 
 

@@ -19,7 +19,7 @@ On the bench's Parquet/JSONL corpus (``python -m zephon bench``'s, 100k document
   Targets: PSS <= 400 MB and below the DataLoader's; tokens/s >= 95% of ``--compare``'s;
 - start: time to the first batch of W2 (2 workers) and of ``python -m zephon demo``'s
   pipeline (defaults), with ``metrics_snapshot()["startup"]``'s breakdown;
-- ttfb: the README's pretraining pipeline with ``TokenEstimation()``, 2 workers: seconds from
+- ttfb: the pretraining guide's pipeline with ``TokenEstimation()``, 2 workers: seconds from
   building it to its first batch with an empty node cache (cold), again (warm), and restored
   from a checkpoint of the warm run. Targets: cold <= 3 s, warm <= 1 s, restore <= warm;
 - mixture (with ttfb in ``--only``): the realised token shares over the first 2,000 batches
@@ -175,7 +175,7 @@ def child_start(which: str) -> dict:
 
 
 def _readme_pipeline(corpus, fmt: str, ensure: bool = True):
-    """The README's pretraining pipeline, token-aware (``TokenEstimation()``), on the corpus
+    """The pretraining guide's pipeline, token-aware (``TokenEstimation()``), on the corpus
     (``ensure=False``: without ``ensure_mixture``, the estimate alone keeps the mixture)."""
     from zephon import Pipeline
     from zephon.io import Dataset
@@ -195,7 +195,7 @@ def _readme_pipeline(corpus, fmt: str, ensure: bool = True):
 
 
 def child_ttfb(mode: str, cache_dir: str, fmt: str) -> dict:
-    """Seconds from building the README pipeline (datasets discovered, priming included) to
+    """Seconds from building the guide's pipeline (datasets discovered, priming included) to
     its first batch, with the node cache in ``cache_dir``: "cold" (empty), "warm" (filled by
     the cold run; it also saves a checkpoint after 20 batches) or "restore" (that checkpoint)."""
     os.environ["ZEPHON_CACHE_DIR"] = cache_dir
@@ -221,7 +221,7 @@ def child_ttfb(mode: str, cache_dir: str, fmt: str) -> dict:
 
 
 def child_mixture(cache_dir: str, fmt: str, ensure: str, batches: int) -> dict:
-    """The realised token mixture over the first ``batches`` batches of the README pipeline,
+    """The realised token mixture over the first ``batches`` batches of the guide's pipeline,
     its estimate from the node cache in ``cache_dir`` (the ttfb cell's cold run filled it)."""
     os.environ["ZEPHON_CACHE_DIR"] = cache_dir
     corpus = _corpus()

@@ -1,58 +1,135 @@
-"""The README's Python snippets run, in order, against a generated local corpus, and its
-object-storage snippet against a real S3 endpoint (moto's server) holding the same files."""
+"""The README is a landing page whose example runs, whose commands are CI's, whose figures are
+the benchmark's and whose links lead somewhere; the object-storage walk-through it used to hold
+(now in docs/guides/storage.md) reads a real S3 endpoint (moto's server) as it says."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from conftest import shm_entries, write_corpus
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-README_BUCKET, README_PREFIX = "my-bucket", "corpora/code"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+STORAGE_GUIDE = ROOT / "docs" / "guides" / "storage.md"
+BENCH_TABLE = ROOT / "docs" / "bench" / "bench.md"
+BUCKET, PREFIX = "my-bucket", "corpora/code"
+TEST_COMMAND = ('python3 -m venv .venv && .venv/bin/pip install -e ".[test]" && '
+                '.venv/bin/python -m pytest -q')
 
 
 def _snippets(text: str) -> list[str]:
-    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    return re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def _with_data(code: str, corpus: Path, tokenizer: str) -> str:
+    return (code.replace('"/data/code"', repr(str(corpus / "code")))
+            .replace('"/data/web"', repr(str(corpus / "web")))
+            .replace('"path/to/tokenizer.json"', repr(tokenizer)))
+
+
+def _section(text: str, heading: str) -> str:
+    return text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_readme_gives_the_two_commands_and_ci_runs_the_second():
+    text = README.read_text()
+    commands = re.findall(r"^```bash\n(.*?)\n```", _section(text, "The two commands"),
+                          flags=re.S | re.M)
+    assert commands == [
+        'python3 -m venv .venv && .venv/bin/pip install -e ".[tokenizers]" && '
+        '.venv/bin/python -m zephon demo', TEST_COMMAND]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "python3 -m venv .venv" in ci and '-m pip install -q -e ".[test]"' in ci
+    assert ".venv/bin/python -m pytest -q" in ci
+
+
+def test_the_readme_is_a_landing_page():
+    text = README.read_text()
+    assert len(text.splitlines()) <= 150
+    assert len(_snippets(text)) == 1 and len(_snippets(text)[0].splitlines()) <= 20
+    assert not re.search(r"issue #|\bissues? \d|closing note|spec §|spec \d", text, re.I)
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+    local = [link for link in links if "://" not in link]
+    assert "docs/bench/bench.png" in local and "docs/getting-started.md" in local
+    assert [link for link in local if not (ROOT / link).exists()] == []
+
+
+def test_the_readme_figures_are_the_benchmark_table():
+    """Each figure of the README's headline table is a cell of the latest run's table."""
+    table = _section(README.read_text(), "Benchmarks")
+    rows = [line for line in table.splitlines() if line.startswith("| W")]
+    cells = {c.strip() for row in rows for c in row.split("|")[2:] if c.strip()}
+    figures = {c for c in cells if re.fullmatch(r"[\d.]+[kM]? (records|tokens)/s|[\d.]+ s", c)}
+    assert len(rows) == 4 and len(figures) == 11, figures
+    bench = {c.strip() for line in BENCH_TABLE.read_text().splitlines() for c in line.split("|")}
+    assert figures - bench == set()
+
+
+@pytest.mark.slow
+def test_the_readme_example_runs_as_a_plain_script(tokenizer_path, tmp_path):
+    """In a fresh interpreter, the default runner (worker processes), no ``__main__`` guard."""
+    pytest.importorskip("torch")
+    corpus = write_corpus(tmp_path / "corpus")
+    script = tmp_path / "readme_example.py"
+    script.write_text(_with_data(_snippets(README.read_text())[0], corpus, tokenizer_path)
+                      + "\nassert state['format'] == 'zephon-checkpoint'\n"
+                        "assert (inputs['labels'] == -100).any()\n")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ZEPHON_NUM_WORKERS", "ZEPHON_RUNNER", "PYTHONPATH")}
+    env.update(PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path),
+               ZEPHON_CACHE_DIR=str(tmp_path / "node-cache"))
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-4000:]
+    assert "torch.Size([8, 2048])" in out
+    assert "bootstrapping" not in err  # the script was not imported again by a worker
+    assert {n for n in shm_entries() if n.startswith(f"zephon_{proc.pid}_")} == set()
 
 
 @pytest.fixture
-def readme_bucket(corpus_dir, monkeypatch, tmp_path):
-    """``s3://my-bucket/corpora/code`` holding the local corpus's code shards, reachable the way
-    the README says: through fsspec's own configuration, no ``storage_options``."""
+def storage_bucket(monkeypatch, tmp_path):
+    """A corpus of the guide's own (its ``build_index`` writes into it) and
+    ``s3://my-bucket/corpora/code`` holding its code shards, reachable the way the guide says:
+    through fsspec's own configuration, no ``storage_options``."""
     fsspec = pytest.importorskip("fsspec")
     pytest.importorskip("s3fs")
     pytest.importorskip("moto")
     from io_helpers import moto_s3, s3_client
 
+    corpus = write_corpus(tmp_path / "corpus")
     with moto_s3() as server:
         client = s3_client(server["endpoint"])
-        client.create_bucket(Bucket=README_BUCKET)
-        shards = sorted((corpus_dir / "code").glob("*.jsonl"))
+        client.create_bucket(Bucket=BUCKET)
+        shards = sorted((corpus / "code").glob("*.jsonl"))
         for shard in shards:
-            client.put_object(Bucket=README_BUCKET, Key=f"{README_PREFIX}/{shard.name}",
+            client.put_object(Bucket=BUCKET, Key=f"{PREFIX}/{shard.name}",
                               Body=shard.read_bytes())
         monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": server["endpoint"]})
         monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "node-cache"))
-        yield client, shards
+        yield corpus, client, shards
 
 
-def test_readme_snippets_run(corpus_dir, tokenizer_path, readme_bucket, monkeypatch):
-    pytest.importorskip("torch")
+def test_the_object_storage_guide_reads_the_bucket(tokenizer_path, storage_bucket, monkeypatch):
     monkeypatch.setenv("ZEPHON_NUM_WORKERS", "0")
-    text = README.read_text()
-    snippets = _snippets(text)
-    assert len(snippets) >= 2
+    corpus, client, shards = storage_bucket
     namespace: dict = {}
-    for code in snippets:
-        code = (code.replace('"/data/code"', repr(str(corpus_dir / "code")))
-                .replace('"/data/web"', repr(str(corpus_dir / "web")))
-                .replace('"path/to/tokenizer.json"', repr(tokenizer_path)))
-        exec(compile(code, str(README), "exec"), namespace)
+    for code in _snippets(STORAGE_GUIDE.read_text()):
+        exec(compile(_with_data(code, corpus, tokenizer_path), str(STORAGE_GUIDE), "exec"),
+             namespace)
     # the object-storage snippet read the bucket: index.json written, shards from the node cache
-    client, shards = readme_bucket
-    keys = {o["Key"] for o in client.list_objects_v2(Bucket=README_BUCKET)["Contents"]}
-    assert f"{README_PREFIX}/index.json" in keys
+    keys = {o["Key"] for o in client.list_objects_v2(Bucket=BUCKET)["Contents"]}
+    assert f"{PREFIX}/index.json" in keys
     remote, first = namespace["remote"], namespace["first_remote_batch"]
     assert remote.counts().sum() == 600 and len(shards) == 3
     # the same curriculum over the local copy of the files gives the same first batch
@@ -60,7 +137,7 @@ def test_readme_snippets_run(corpus_dir, tokenizer_path, readme_bucket, monkeypa
     from zephon.io import Dataset
     from zephon.work import MixtureSpec, StaticMixtureWorkSource
 
-    local = Dataset.from_path("code", corpus_dir / "code")
+    local = Dataset.from_path("code", corpus / "code")
     ws = StaticMixtureWorkSource([local], MixtureSpec({"code": 1.0}), seed=0)
     expected = next(iter(Pipeline(ws).batch(microbatch_size=32)))
     assert len(first) == 32

@@ -1,8 +1,9 @@
-"""The README's pretraining pipeline, used as a new user would, loses nothing without a word.
+"""The pretraining guide's pipeline (docs/guides/pretraining.md), used as a new user would,
+loses nothing without a word.
 
 A three-dataset corpus (JSONL, Parquet, gzipped JSONL in one root) where 5% of the documents
 are longer than ``max_length`` and some are empty, an EOS-only (GPT-2-style) tokenizer, token
-weights, the README's operators with their defaults, inline and with 2 worker processes. Over a
+weights, the guide's operators with their defaults, inline and with 2 worker processes. Over a
 whole run: the realised token mixture is within 2% of the weights, every record drawn is
 delivered or counted as lost, and every label across a document boundary is -100.
 """
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +25,7 @@ from zephon.io import Dataset
 from zephon.work import StaticMixtureWorkSource, TokenEstimation
 
 MAX_LENGTH = 257
+GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guides" / "pretraining.md"
 WEIGHTS = {"code": 0.3, "web": 0.5, "books": 0.2}
 
 
@@ -64,7 +68,7 @@ def corpus(tmp_path_factory):
     return root
 
 
-def readme_pipeline(root, workers: int) -> Pipeline:
+def guide_pipeline(root, workers: int) -> Pipeline:
     ws = StaticMixtureWorkSource(
         datasets=[Dataset.from_path(n, root / n) for n in WEIGHTS],
         mixture=WEIGHTS, seed=42, token_estimation=TokenEstimation())
@@ -75,6 +79,18 @@ def readme_pipeline(root, workers: int) -> Pipeline:
             .pack_flat(max_length=MAX_LENGTH, algorithm="best_fit", num_bins=16, pad_token_id=0)
             .batch(microbatch_size=8)
             .options(num_workers=workers))
+
+
+def test_this_is_the_guides_pipeline():
+    """The pipeline below is the guide's first example, operator for operator, with its
+    defaults: token weights, tokenize -> shuffle -> ensure_mixture -> pack_flat(best_fit) ->
+    batch, and no option that drops or cuts anything."""
+    code = re.search(r"```python\n(.*?)```", GUIDE.read_text(), flags=re.S).group(1)
+    assert "token_estimation=TokenEstimation()" in code
+    ops = re.findall(r"^\s*\.(\w+)\(", code, flags=re.M)
+    assert ops == ["tokenize", "shuffle", "ensure_mixture", "pack_flat", "batch"], ops
+    assert 'algorithm="best_fit"' in code
+    assert not re.search(r"oversized=|drop_oversized|truncation=|drop_last=|on_bad_record", code)
 
 
 def drawn_records(ws) -> np.ndarray:
@@ -89,10 +105,10 @@ def drawn_records(ws) -> np.ndarray:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, 2])
-def test_the_readme_pipeline_delivers_or_counts_every_record(corpus, workers, tmp_path,
+def test_the_guides_pipeline_delivers_or_counts_every_record(corpus, workers, tmp_path,
                                                               monkeypatch):
     monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "cache"))
-    p = readme_pipeline(corpus, workers)
+    p = guide_pipeline(corpus, workers)
     tokens = np.zeros(len(WEIGHTS), dtype=np.int64)
     boundaries = 0
     for batch in p:

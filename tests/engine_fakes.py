@@ -46,7 +46,7 @@ class FakeDataset:
 
     def row_group_starts(self, shard_id: int):
         """Row groups as a Parquet shard would have them (the engine then splits micro-batches
-        by row-group owner: zephon/engine/ownership.py); None: no row groups."""
+        by row-group owner: zephon/engine/process/ownership.py); None: no row groups."""
         if self.row_group_rows is None:
             return None
         return np.append(np.arange(0, self.per_shard, self.row_group_rows), self.per_shard)

@@ -18,7 +18,7 @@ import pytest
 from test_checkpoint import _make, _sig
 
 from zephon import Pipeline
-from zephon.engine.worker import WorkerCrashedError
+from zephon.errors import WorkerCrashedError
 from zephon.io import Dataset
 from zephon.work import StaticMixtureWorkSource
 
@@ -55,7 +55,7 @@ def test_nothing_imports_ray_unless_the_runner_is_chosen(corpus_dir):
 
 
 def test_ray_options_are_checked_and_read_from_the_environment(monkeypatch, corpus_dir):
-    from zephon.engine.ray_config import RayConfig
+    from zephon.engine.ray.config import RayConfig
     from zephon.engine.session import engine_kind
 
     p = _make(corpus_dir, None, "batch")

@@ -12,8 +12,9 @@ import pytest
 
 from zephon import Pipeline, synthetic
 from zephon.block import Block
-from zephon.engine import priming, token_sampling
-from zephon.engine.lane import apply_ops
+from zephon.engine.lanes.lane import apply_ops
+from zephon.engine.priming import token_ratios as priming
+from zephon.engine.priming import token_sampling
 from zephon.io import Dataset
 from zephon.ops.fetch import FetchOp
 from zephon.ops.tokenize import TokenizeOp

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from test_checkpoint import _make, _sig
 
-from zephon.engine.memory import plan_memory
+from zephon.engine.plan.memory import plan_memory
 from zephon.options import RuntimeOptions
 
 
@@ -99,8 +99,8 @@ def test_snapshot_reports_memory_without_a_budget(corpus_dir, tokenizer_path):
 def test_open_packing_rows_count_in_the_memory_plan(corpus_dir, tokenizer_path):
     """Each stateful operator states what a lane holds at most (``held_bound``): the shuffle
     buffer in records, the open packing rows in tokens (counted as none before)."""
-    from zephon.engine.memory import held_records
-    from zephon.engine.plan import compile_plan
+    from zephon.engine.plan.memory import held_records
+    from zephon.engine.plan.stages import compile_plan
 
     p = _make(corpus_dir, tokenizer_path, "split+shuffle+mixture+best_fit")
     serial = compile_plan(p._all_ops()).serial_ops

@@ -21,8 +21,8 @@ from test_user_ops_helpers import (
     stream,
 )
 
-from zephon.engine.chain import LaneChain
-from zephon.engine.plan import compile_plan
+from zephon.engine.lanes.chain import LaneChain
+from zephon.engine.plan.stages import compile_plan
 from zephon.ops import OpContext
 
 CUTS = [0, 1, 2, 3, 5, 8, 13]

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from zephon.engine.lane import held_by_op, prepare, round_robin
-from zephon.engine.lane_plan import LanePlan
+from zephon.engine.lanes.lane import held_by_op, prepare, round_robin
+from zephon.engine.lanes.lane_plan import LanePlan
 from zephon.io.ahead import read_ahead
 from zephon.ops.base import OpContext, StageInfo
 from zephon.ops.fetch import FetchOp

@@ -200,7 +200,7 @@ def run_in_daemon(queue) -> None:
         warnings.simplefilter("always")
         it = iter(p)
         n = 1 if next(it, None) is not None else 0
-        runner = p._runtime.engine.runner
+        runner = p._runtime.kind  # the engine the session chose
         n += sum(1 for _ in it)
     queue.put((any("inline" in str(w.message) for w in caught), runner, n))
 

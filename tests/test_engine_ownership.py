@@ -301,7 +301,7 @@ def _scheduler(plan, lookahead: int):
 
     class Sync(LaneScheduler):  # a worker that answers at once: the block is its own result
         def __init__(self) -> None:
-            super().__init__(plan, window=2, deterministic=True, lookahead=lookahead)
+            super().__init__(plan, window=2, deterministic=True, pull_ahead=lookahead)
             self.log: list[tuple[str, int]] = []
 
         def free_capacity(self) -> bool:

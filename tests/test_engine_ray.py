@@ -69,7 +69,7 @@ def test_ray_options_are_checked_and_read_from_the_environment(monkeypatch, corp
     monkeypatch.setenv("ZEPHON_RAY_WORKERS", "3")
     monkeypatch.setenv("ZEPHON_RAY_ADDRESS", "ray://head:10001")
     monkeypatch.setenv("ZEPHON_CACHE_DIR", "/scratch/zephon")
-    assert engine_kind(p) == ("ray", 3)
+    assert engine_kind(p._options) == ("ray", 3)
     p.options(ray_resources={"num_cpus": 2, "resources": {"cpu_node": 1}},
               ray_runtime_env={"env_vars": {"ZEPHON_CACHE_LIMIT": "1gb"}}, shm_slots=3)
     cfg = RayConfig.from_options(p._options)

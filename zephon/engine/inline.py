@@ -15,6 +15,8 @@ from zephon.ops.fetch import FetchOp
 
 
 class InlineEngine:
+    kind = "inline"  # what the session reports as running
+
     def __init__(self, lane_plan: LanePlan) -> None:
         self.lane_plan = lane_plan
         ctx = OpContext(StageInfo(0, "inline", 0), worker_id=0, runner="inline")

@@ -113,7 +113,12 @@ class Session:
     def _make_engine(self):
         # the Ray runner reads the options as given; the others as the memory plan sized them
         options = self.spec.options if self.kind == "ray" else self.options
-        return make_engine(self.kind, self.workers, self.lane_plan(), options)
+        engine = make_engine(self.kind, self.workers, self.lane_plan(), options)
+        # the factory runs a process engine inline where no process may start (a daemonic
+        # process): report what runs
+        if engine.kind != self.kind:
+            self.kind, self.workers = engine.kind, 0
+        return engine
 
     def _observer(self):
         from zephon.engine.observe import mixture_check

@@ -41,6 +41,8 @@ class ThreadScheduler(LaneScheduler):
 
 
 class ThreadsEngine:
+    kind = "threads"  # what the session reports as running
+
     def __init__(self, lane_plan: LanePlan, cfg: EngineConfig) -> None:
         self.config = cfg
         self.last_states: dict[int, dict | None] = {}

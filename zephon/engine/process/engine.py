@@ -39,6 +39,8 @@ from zephon.errors import EngineError
 
 
 class ProcessEngine:
+    kind = "process"  # what the session reports as running
+
     def __init__(self, lane_plan: LanePlan, workers: int, options) -> None:
         self.lane_plan = lane_plan
         self.last_states: dict[int, dict | None] = {}

@@ -105,6 +105,8 @@ def actor_count(config: RayConfig) -> int:
 class RayEngine:
     """Yields the units of the inline engine; the stateless stage runs in Ray actors."""
 
+    kind = "ray"  # what the session reports as running
+
     def __init__(self, lane_plan: LanePlan, options) -> None:
         self.lane_plan = lane_plan
         self.config = RayConfig.from_options(options)

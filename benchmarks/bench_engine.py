@@ -49,9 +49,10 @@ import pytest
 
 from zephon import Pipeline
 from zephon.block import Block
-from zephon.engine import shm, wire
 
 # -- a trivial work source (module level, so worker processes can import it) --------------------
+from zephon.engine.process import shm
+from zephon.engine.process.frames import FrameWriter, read_frame
 
 
 class TinyChunk:
@@ -153,7 +154,7 @@ def _producer(conn, prefix: str, frame_bytes: int, frames: int, slots: int) -> N
         while not free:
             free.extend(conn.recv())
         slot = free.pop()
-        writer = wire.FrameWriter(pool.view(slot))
+        writer = FrameWriter(pool.view(slot))
         writer.add("block", block)
         conn.send((slot, writer.finish()))
     conn.send(None)
@@ -187,7 +188,7 @@ def ring(total_bytes: int = 2 << 30, frame_bytes: int = 4 << 20, slots: int = 4,
         else:
             root = np.frombuffer(views.map(slot), np.uint8, count=n)
             leases.lend(root, slot)
-        ((_, block, _),) = wire.read_frame(root)
+        ((_, block, _),) = read_frame(root)
         assert block.payload.num_rows == 1
         del root, block
         if not copy:
@@ -291,7 +292,7 @@ def _decoder(conn, prefix: str, path: Path, worker: int, workers: int, slots: in
         slot = free.pop()
         pf = files.get(f) or files.setdefault(f, pq.ParquetFile(f))
         table = pf.read_row_group(g, use_threads=False)
-        writer = wire.FrameWriter(pool.view(slot))
+        writer = FrameWriter(pool.view(slot))
         if not writer.add("block", Block({"sample_idx": np.zeros(table.num_rows, np.int64)},
                                          table)):
             raise RuntimeError(f"row group {g} of {f} is larger than a slot")
@@ -331,7 +332,7 @@ def bare_loader(path: Path, gather: bool = False, workers: int = 2, slots: int =
                 slot, n = msg
                 root = np.frombuffer(views[w].map(slot), np.uint8, count=n)
                 leases[w].lend(root, slot)
-                ((_, block, _),) = wire.read_frame(root)
+                ((_, block, _),) = read_frame(root)
                 table = block.payload
                 order = pa.array(rng.permutation(table.num_rows)) if gather else None
                 batch = None

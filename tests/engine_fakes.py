@@ -46,7 +46,7 @@ class FakeDataset:
 
     def row_group_starts(self, shard_id: int):
         """Row groups as a Parquet shard would have them (the engine then splits micro-batches
-        by row-group owner: zephon/engine/ownership.py); None: no row groups."""
+        by row-group owner: zephon/engine/process/ownership.py); None: no row groups."""
         if self.row_group_rows is None:
             return None
         return np.append(np.arange(0, self.per_shard, self.row_group_rows), self.per_shard)
@@ -200,7 +200,7 @@ def run_in_daemon(queue) -> None:
         warnings.simplefilter("always")
         it = iter(p)
         n = 1 if next(it, None) is not None else 0
-        runner = p._runtime.engine.runner
+        runner = p._runtime.kind  # the engine the session chose
         n += sum(1 for _ in it)
     queue.put((any("inline" in str(w.message) for w in caught), runner, n))
 

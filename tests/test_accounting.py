@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from zephon import accounting
-from zephon.engine import metrics
+from zephon.engine.observe import metrics
 
 
 def test_counts_travel_with_the_operator_counters_and_are_named_by_dataset():

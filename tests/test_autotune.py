@@ -8,7 +8,8 @@ from test_checkpoint import _make, _sig
 
 from zephon.engine import autotune
 from zephon.engine.autotune import AutoTuner, Choice
-from zephon.engine.metrics import OpStats, Registry
+from zephon.engine.observe.metrics import OpStats, Registry
+from zephon.ops.traits import OpTraits
 from zephon.options import RuntimeOptions
 
 
@@ -19,8 +20,14 @@ def _registry(busy_us_per_record: float, records: int) -> Registry:
 
 
 class _Op:
+    """An operator as the tuner sees it: a name and the cost its traits declare."""
+
     def __init__(self, name):
         self.op_name = name
+
+    def traits(self) -> OpTraits:
+        cost = "decode" if self.op_name in ("fetch", "decode_text") else "python"
+        return OpTraits(preserves_cursor_order=True, cost=cost)
 
 
 def _tuner(ops, fixed=None, cores=2, cpu_share=1.0):

@@ -153,13 +153,13 @@ def test_token_aware_mixtures_count_chat_tokens_scaffolding_included(chatml, dat
     """Priming measures tokens through tokenize_chat (JSONL: per stored byte; Parquet: by the
     bytes of the message texts) and lands on the conversations' mean length, template
     scaffolding included."""
-    from zephon.engine.priming import prime
+    from zephon.engine.priming.token_ratios import prime
 
     datasets = [Dataset.from_path("a", data["a"]), Dataset.from_path("b", data["b"])]
     te = TokenEstimation(precision=0.05, confidence=0.95)
     ws = StaticMixtureWorkSource(datasets, {"a": 0.5, "b": 0.5}, seed=1, token_estimation=te)
     p = Pipeline(ws).options(num_workers=0).tokenize_chat(chatml).ensure_mixture()
-    report = prime(p)
+    _, report = prime(p._spec())  # priming works on a copy of the work source
     for name, ds in zip("ab", datasets):
         alone = StaticMixtureWorkSource([ds], {name: 1.0}, seed=0)
         lengths = [len(r.payload["input_ids"]) for r in

@@ -19,13 +19,13 @@ import pytest
 from conftest import shm_entries
 
 from zephon import Pipeline
-from zephon.engine import wire
-from zephon.engine.lane_plan import LanePlan
-from zephon.engine.ownership import Ownership
-from zephon.engine.plan import compile_plan
-from zephon.engine.process import ProcessEngine
-from zephon.engine.source import lane_pointer_blocks
-from zephon.engine.worker import WorkerCrashedError
+from zephon.engine.failures import RemoteTraceback
+from zephon.engine.lanes.lane_plan import LanePlan
+from zephon.engine.lanes.pointer_blocks import lane_pointer_blocks
+from zephon.engine.plan.stages import compile_plan
+from zephon.engine.process.engine import ProcessEngine
+from zephon.engine.process.ownership import Ownership
+from zephon.errors import WorkerCrashedError
 from zephon.ops.base import BaseOp, OpTraits
 from zephon.ops.errors import ZephonError
 from zephon.ops.fetch import FetchOp
@@ -136,7 +136,7 @@ def test_a_dead_fork_server_is_replaced_when_a_process_starts(tmp_path):
     script.write_text(textwrap.dedent("""
         import json, multiprocessing, os, socket, sys
         from multiprocessing import forkserver
-        from zephon.engine import spawning
+        from zephon.engine.process import spawning
 
         ctx = multiprocessing.get_context("forkserver")
 
@@ -172,7 +172,7 @@ def test_a_dead_fork_server_is_replaced_when_a_process_starts(tmp_path):
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["exit"] == 0 and got["new"] != got["old"] and not got["old_alive"]
     # and when no fork server will do, the start fails at once, saying what died
-    assert got["error"].startswith("ZephonError: zephon could not start the third child: its "
+    assert got["error"].startswith("EngineError: zephon could not start the third child: its "
                                    "fork server died 3 times in a row")
 
 
@@ -202,7 +202,7 @@ def test_exception_at_record_57_reaches_the_loop(runner, row_groups):
     assert got == inline and len(got) == 4  # what precedes record 57's micro-batch arrived
     if runner == "process":
         remote = e.__cause__
-        assert isinstance(remote, wire.RemoteTraceback)
+        assert isinstance(remote, RemoteTraceback)
         assert 'in boom_at_57\n    raise ValueError' in remote.text
     else:  # same process: the original traceback object itself
         assert any(f.co_name == "boom_at_57" for f in _frames(e.__cause__.__traceback__))

@@ -1,4 +1,4 @@
-"""Row-group ownership (zephon/engine/ownership.py): with several worker processes, each
+"""Row-group ownership (zephon/engine/process/ownership.py): with several worker processes, each
 Parquet row group is read by one worker only, which hears of it ahead of its reads, and
 micro-batches cut into parts by owner come back together in pointer order."""
 
@@ -14,8 +14,8 @@ import pytest
 
 from zephon import Pipeline
 from zephon.block import Block
-from zephon.engine.ownership import Ownership, merge
-from zephon.engine.source import lane_pointer_blocks
+from zephon.engine.lanes.pointer_blocks import lane_pointer_blocks
+from zephon.engine.process.ownership import Ownership, merge
 from zephon.io import Dataset
 from zephon.ops.fetch import FetchOp
 from zephon.work import MixtureSpec, StaticMixtureWorkSource
@@ -150,8 +150,7 @@ def test_a_fetch_in_shard_order_merges_to_the_ordered_fetch(mixture_dir):
     ds = datasets(mixture_dir)
     ws = StaticMixtureWorkSource(ds, MixtureSpec({"code": 0.2, "web": 0.5, "books": 0.3}),
                                  seed=7)
-    ordered, loose = FetchOp(ds), FetchOp(ds)
-    loose.restore_order = False
+    ordered, loose = FetchOp(ds), FetchOp(ds).in_shard_order()
     mixed = 0
     for block in lane_pointer_blocks(ws, 0, 1, RG):
         want = ordered.process_block(block)
@@ -203,7 +202,7 @@ class _LateLayout:
 
 
 def test_a_shard_of_unknown_layout_is_looked_up_again_now_and_then():
-    from zephon.engine.ownership import ASK_AGAIN
+    from zephon.engine.process.ownership import ASK_AGAIN
 
     late = _LateLayout(known_after=2)
     own = Ownership([late], 2)
@@ -261,7 +260,7 @@ def test_a_worker_decodes_the_row_groups_it_is_told_it_owns(mixture_dir, monkeyp
     reports errors."""
     import threading
 
-    from zephon.engine.worker import _serve
+    from zephon.engine.process.worker import _serve
     from zephon.io.ahead import read_ahead
     from zephon.io.formats.row_group_cache import row_group_cache
 
@@ -275,7 +274,7 @@ def test_a_worker_decodes_the_row_groups_it_is_told_it_owns(mixture_dir, monkeyp
         return real(self, i, **kw)
 
     monkeypatch.setattr(pq.ParquetFile, "read_row_group", spy)
-    _serve(_Conn([("ahead", [(1, 2, 1), (0, 99, 0), (7, 0, 0), (2, 0, 2)]), ("stop",)]),
+    _serve(_Conn([("decode_ahead", [(1, 2, 1), (0, 99, 0), (7, 0, 0), (2, 0, 2)]), ("stop",)]),
            [FetchOp(datasets(mixture_dir))], pool=None)
     read_ahead.drain()
     assert sorted(decoded) == [(1, True), (2, True)]
@@ -298,11 +297,11 @@ class _Plan:
 
 
 def _scheduler(plan, lookahead: int):
-    from zephon.engine.coordinator import LaneScheduler
+    from zephon.engine.scheduler import LaneScheduler
 
     class Sync(LaneScheduler):  # a worker that answers at once: the block is its own result
         def __init__(self) -> None:
-            super().__init__(plan, window=2, deterministic=True, lookahead=lookahead)
+            super().__init__(plan, window=2, deterministic=True, pull_ahead=lookahead)
             self.log: list[tuple[str, int]] = []
 
         def free_capacity(self) -> bool:

@@ -18,7 +18,7 @@ import pytest
 from test_checkpoint import _make, _sig
 
 from zephon import Pipeline
-from zephon.engine.worker import WorkerCrashedError
+from zephon.errors import WorkerCrashedError
 from zephon.io import Dataset
 from zephon.work import StaticMixtureWorkSource
 
@@ -55,7 +55,7 @@ def test_nothing_imports_ray_unless_the_runner_is_chosen(corpus_dir):
 
 
 def test_ray_options_are_checked_and_read_from_the_environment(monkeypatch, corpus_dir):
-    from zephon.engine.ray_config import RayConfig
+    from zephon.engine.ray.config import RayConfig
     from zephon.engine.session import engine_kind
 
     p = _make(corpus_dir, None, "batch")
@@ -69,7 +69,7 @@ def test_ray_options_are_checked_and_read_from_the_environment(monkeypatch, corp
     monkeypatch.setenv("ZEPHON_RAY_WORKERS", "3")
     monkeypatch.setenv("ZEPHON_RAY_ADDRESS", "ray://head:10001")
     monkeypatch.setenv("ZEPHON_CACHE_DIR", "/scratch/zephon")
-    assert engine_kind(p) == ("ray", 3)
+    assert engine_kind(p._options) == ("ray", 3)
     p.options(ray_resources={"num_cpus": 2, "resources": {"cpu_node": 1}},
               ray_runtime_env={"env_vars": {"ZEPHON_CACHE_LIMIT": "1gb"}}, shm_slots=3)
     cfg = RayConfig.from_options(p._options)

@@ -1,10 +1,10 @@
-"""How a lane's pointers are cut into micro-batches (zephon/engine/source.py)."""
+"""How a lane's pointers are cut into micro-batches (zephon/engine/lanes/pointer_blocks.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from zephon.engine.source import lane_pointer_blocks
+from zephon.engine.lanes.pointer_blocks import lane_pointer_blocks
 
 
 class _Chunk:

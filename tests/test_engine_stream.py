@@ -218,15 +218,15 @@ def test_runner_from_the_environment(monkeypatch):
     from zephon.engine.session import engine_kind
 
     p = build().options(num_workers=2)
-    assert engine_kind(p) == ("process", 2)
+    assert engine_kind(p._options) == ("process", 2)
     monkeypatch.setenv("ZEPHON_RUNNER", "Threads")
-    assert engine_kind(p) == ("threads", 2)
+    assert engine_kind(p._options) == ("threads", 2)
     assert "runner='threads' (environment)" in p.explain()
     monkeypatch.setenv("ZEPHON_RUNNER", "inline")
-    assert engine_kind(p) == ("inline", 0)
-    assert engine_kind(build().options(num_workers=2, runner="process")) == ("process", 2)
+    assert engine_kind(p._options) == ("inline", 0)
+    assert engine_kind(build().options(num_workers=2, runner="process")._options) == ("process", 2)
     monkeypatch.setenv("ZEPHON_RUNNER", "Ray")
-    assert engine_kind(p) == ("ray", 0)  # 0: as many actors as the cluster's CPUs allow
+    assert engine_kind(p._options) == ("ray", 0)  # 0: as many actors as the cluster's CPUs allow
     monkeypatch.setenv("ZEPHON_RUNNER", "dask")
     with pytest.raises(ValueError, match="ZEPHON_RUNNER='dask'.*process, threads, inline, ray"):
-        engine_kind(p)
+        engine_kind(p._options)

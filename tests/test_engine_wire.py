@@ -12,7 +12,16 @@ import pyarrow as pa
 import pytest
 
 from zephon.block import Block
-from zephon.engine import shm, wire
+from zephon.engine.failures import RemoteTraceback, pack_exception, unpack_exception
+from zephon.engine.process import shm
+from zephon.engine.process.frames import (
+    FrameWriter,
+    frame_size,
+    private_copy,
+    read_frame,
+    write_frame,
+)
+from zephon.engine.process.units import unit_parts, units_from_parts
 from zephon.ops.map_transform import UserFunctionError
 from zephon.types import SampleRecord, records_from_block
 
@@ -49,7 +58,7 @@ def _same(a: Block, b: Block) -> None:
 @pytest.mark.parametrize("payload", ["table", "objects", None])
 def test_block_round_trip(payload):
     block = _block(payload=payload)
-    ((kind, back, tag),) = wire.read_frame(wire.write_frame([("block", block, ("t", 1))]))
+    ((kind, back, tag),) = read_frame(write_frame([("block", block, ("t", 1))]))
     assert (kind, tag) == ("block", ("t", 1))
     _same(block, back)
 
@@ -57,8 +66,8 @@ def test_block_round_trip(payload):
 def test_sliced_and_empty_blocks():
     block = _block(12).slice(3, 9)  # Arrow slices carry offsets the IPC writer must honour
     empty = _block(4).slice(2, 2)
-    frame = wire.write_frame([("block", block, None), ("block", empty, None)])
-    (_, a, _), (_, b, _) = wire.read_frame(frame)
+    frame = write_frame([("block", block, None), ("block", empty, None)])
+    (_, a, _), (_, b, _) = read_frame(frame)
     _same(block, a)
     assert len(b) == 0 and b.payload.num_rows == 0
 
@@ -68,7 +77,7 @@ def test_frame_mixes_blocks_and_pickled_units_and_shares_tags():
     state = {"base": {"position": [1, 2], "ops": [np.arange(4)]}, "skip": 0}
     parts = [("pickle", recs[0], (0, state)), ("block", _block(3), (0, state)),
              ("pickle", recs[1], (1, None))]
-    out = wire.read_frame(wire.write_frame(parts))
+    out = read_frame(write_frame(parts))
     assert [k for k, _, _ in out] == ["pickle", "block", "pickle"]
     assert isinstance(out[0][1], SampleRecord) and out[0][1].payload == recs[0].payload
     # one pickle memo per frame: what tags share is written (and rebuilt) once
@@ -87,14 +96,14 @@ def test_batches_cut_from_one_block_travel_as_its_rows_and_come_back_the_same():
     other = lane.push(_block(6))  # 1 batch, another parent; 2 rows stay held
     assert all(b.origin is not None for b in first + other)
     units = [(0, SampleBatch._from_block(b), {"skip": i}) for i, b in enumerate(first + other)]
-    parts = wire.unit_parts(units[:3])
+    parts = unit_parts(units[:3])
     assert len(parts) == 1 and parts[0][1].payload.num_rows == 12
     assert parts[0][1].origin is None and parts[0][1].is_batch
     for chunk in (units[:3], units):
-        frame = wire.write_frame(wire.unit_parts(chunk))
+        frame = write_frame(unit_parts(chunk))
         if chunk is units[:3]:  # the contiguous run is one record batch in the stream
-            assert wire.read_frame(frame)[0][1].payload.column("text").num_chunks == 1
-        back = wire.units_from_parts(wire.read_frame(frame))
+            assert read_frame(frame)[0][1].payload.column("text").num_chunks == 1
+        back = units_from_parts(read_frame(frame))
         assert [(lane_id, state) for lane_id, _, state in back] == \
             [(lane_id, state) for lane_id, _, state in chunk]
         for (_, got, _), (_, sent, _) in zip(back, chunk):
@@ -103,29 +112,29 @@ def test_batches_cut_from_one_block_travel_as_its_rows_and_come_back_the_same():
 
 def test_writer_refuses_what_does_not_fit_and_frame_size_is_enough():
     block = _block(50)
-    need = wire.frame_size("block", block)
+    need = frame_size("block", block)
     small = memoryview(bytearray(need // 2))
-    w = wire.FrameWriter(small)
+    w = FrameWriter(small)
     assert not w.add("block", block) and len(w) == 0
     assert not w.add("block", _block(1))  # sealed after a refusal
-    roomy = wire.private_copy(bytes(need), need)
-    w = wire.FrameWriter(memoryview(roomy))
+    roomy = private_copy(bytes(need), need)
+    w = FrameWriter(memoryview(roomy))
     assert w.add("block", block)
     n = w.finish()
     assert n <= need
-    _same(block, wire.read_frame(roomy[:n])[0][1])
+    _same(block, read_frame(roomy[:n])[0][1])
 
 
 def test_reads_are_views_of_the_slot_and_the_slot_stays_pinned():
     name = f"zephon_test_{uuid.uuid4().hex[:8]}"
     mm = shm.create(name, 1 << 20)
     try:
-        w = wire.FrameWriter(memoryview(mm))
+        w = FrameWriter(memoryview(mm))
         assert w.add("block", _block(20))
         n = w.finish()
         root = np.frombuffer(shm.attach(name), np.uint8, count=n)
         lo, hi = root.ctypes.data, root.ctypes.data + n
-        ((_, block, _),) = wire.read_frame(root)
+        ((_, block, _),) = read_frame(root)
         assert lo <= block.meta["sample_idx"].ctypes.data < hi
         assert block.meta["sample_idx"].base is root
         buf = block.payload.column("tokens").chunk(0).values.buffers()[1]
@@ -177,10 +186,10 @@ def test_exceptions_travel_with_their_remote_traceback():
         except KeyError as e:
             raise UserFunctionError("map_transform[f]", (0, 0, 57), e) from e
     except UserFunctionError as e:
-        packed = wire.pack_exception(e)
-    back = wire.unpack_exception(pickle.loads(pickle.dumps(packed)))
+        packed = pack_exception(e)
+    back = unpack_exception(pickle.loads(pickle.dumps(packed)))
     assert isinstance(back, UserFunctionError) and back.sample_id == (0, 0, 57)
-    assert isinstance(back.__cause__, wire.RemoteTraceback)
+    assert isinstance(back.__cause__, RemoteTraceback)
     assert "user_fn" in back.__cause__.text and "missing field" in back.__cause__.text
 
     class Unpicklable(Exception):
@@ -190,7 +199,7 @@ def test_exceptions_travel_with_their_remote_traceback():
     try:
         raise Unpicklable("x", 1)
     except Unpicklable as e:
-        back = wire.unpack_exception(wire.pack_exception(e))
+        back = unpack_exception(pack_exception(e))
     assert "Unpicklable: x" in str(back)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from zephon import Pipeline
-from zephon.engine.mixture_check import MixtureCheck
+from zephon.engine.observe.mixture_check import MixtureCheck
 from zephon.io import Dataset, InMemoryShard
 from zephon.work import StaticMixtureWorkSource
 

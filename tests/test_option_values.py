@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from zephon import Pipeline
-from zephon.engine.topology import resolve_topology
+from zephon.engine.plan.topology import resolve_topology
 from zephon.io import CacheOptions, ParquetRGCacheOptions, parse_size_bytes
 from zephon.io.options import resolve_store
 from zephon.options import RuntimeOptions

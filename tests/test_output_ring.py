@@ -8,9 +8,11 @@ import numpy as np
 import pyarrow as pa
 
 from zephon.block import Block
-from zephon.engine import shm, wire
 from zephon.engine.config import EngineConfig
-from zephon.engine.output_ring import FRAME_UNITS, OutputRing
+from zephon.engine.process import shm
+from zephon.engine.process.frames import FrameWriter, read_frame
+from zephon.engine.process.output_ring import FRAME_UNITS, OutputRing
+from zephon.engine.process.units import units_from_parts
 from zephon.ops.batch import BatchLane
 from zephon.types import SampleBatch
 
@@ -38,7 +40,7 @@ def test_frames_are_cut_to_fit_their_slot_and_are_never_written_twice(monkeypatc
     the slot and halving them each time they turn out too large (each failed attempt a copy
     of up to a slot's worth of bytes); every batch still arrives once, in order."""
     refused = []
-    add = wire.FrameWriter.add
+    add = FrameWriter.add
 
     def counting_add(self, *args, **kw):
         ok = add(self, *args, **kw)
@@ -46,7 +48,7 @@ def test_frames_are_cut_to_fit_their_slot_and_are_never_written_twice(monkeypatc
             refused.append(1)
         return ok
 
-    monkeypatch.setattr(wire.FrameWriter, "add", counting_add)
+    monkeypatch.setattr(FrameWriter, "add", counting_add)
     slot = 256 << 10
     cfg = EngineConfig(workers=1, deterministic=True, prefetch=4, slots=2, slot_bytes=slot,
                        start_method="spawn", log_level="WARNING", max_retries=0,
@@ -59,7 +61,7 @@ def test_frames_are_cut_to_fit_their_slot_and_are_never_written_twice(monkeypatc
         for msg in [m for m in conn.sent if m[0] == "frame"]:
             _, i, length, grown, _ = msg
             root = np.frombuffer(ring.pool.view(i), dtype=np.uint8)[:length].copy()
-            for _, unit, _ in wire.units_from_parts(wire.read_frame(root)):
+            for _, unit, _ in units_from_parts(read_frame(root)):
                 got.extend(unit.block.meta["sample_idx"].tolist())
             ring.release([i])
         conn.sent[:] = [m for m in conn.sent if m[0] != "frame"]

@@ -12,8 +12,9 @@ import pytest
 
 from zephon import Pipeline, synthetic
 from zephon.block import Block
-from zephon.engine import priming, token_sampling
-from zephon.engine.lane import apply_ops
+from zephon.engine.lanes.lane import apply_ops
+from zephon.engine.priming import token_ratios as priming
+from zephon.engine.priming import token_sampling
 from zephon.io import Dataset
 from zephon.ops.fetch import FetchOp
 from zephon.ops.tokenize import TokenizeOp
@@ -54,6 +55,11 @@ def pipeline(root, tokenizer, names=NAMES, te=None):
             .shuffle(buffer_size=64, seed=1).batch(microbatch_size=4))
 
 
+def prime(p):
+    """Prime ``p`` as its session does: (the primed copy of its work source, what was done)."""
+    return priming.prime(p._spec())
+
+
 def true_tokens_per_record(ds, tokenizer) -> float:
     tok = TokenizeOp(tokenizer, field="text")
     total = 0
@@ -68,9 +74,7 @@ def true_tokens_per_record(ds, tokenizer) -> float:
 
 def test_each_estimate_is_within_one_percent_of_the_truth_from_a_small_sample(
         corpus, tokenizer_path, cache):
-    p = pipeline(corpus, tokenizer_path)
-    report = priming.prime(p)
-    ws = p.work_source
+    ws, report = prime(pipeline(corpus, tokenizer_path))
     for name in NAMES:
         info = report["datasets"][name]
         assert info["source"] == "measured"
@@ -113,29 +117,30 @@ def test_a_second_pipeline_reuses_the_node_cache_and_streams_the_same(
     again, sources = first_batches(second)
     assert again == stream
     assert set(sources.values()) == {"node cache"}
-    assert second.work_source.token_ratios == first.work_source.token_ratios
+    assert second._primed.token_ratios == first._primed.token_ratios  # the primed copies
+    assert first.work_source.token_ratios is None  # the user's work source is left as it is
 
 
 def test_a_changed_tokenizer_or_dataset_is_measured_again(corpus, tokenizer_path, cache,
                                                           tmp_path):
-    priming.prime(pipeline(corpus, tokenizer_path, names=("code",)))
+    prime(pipeline(corpus, tokenizer_path, names=("code",)))
     other_tok = tmp_path / "other.json"
     synthetic.train_tokenizer(synthetic.documents(200, seed=5, mean_words=50), 600, other_tok)
-    report = priming.prime(pipeline(corpus, str(other_tok), names=("code",)))
+    _, report = prime(pipeline(corpus, str(other_tok), names=("code",)))
     assert report["datasets"]["code"]["source"] == "measured"
     copy = tmp_path / "copy"
     shutil.copytree(Path(corpus) / "code", copy / "code")
-    assert priming.prime(pipeline(copy, tokenizer_path, names=("code",))) \
+    assert prime(pipeline(copy, tokenizer_path, names=("code",)))[1] \
         ["datasets"]["code"]["source"] == "measured"  # another place: another dataset
-    assert priming.prime(pipeline(copy, tokenizer_path, names=("code",))) \
+    assert prime(pipeline(copy, tokenizer_path, names=("code",)))[1] \
         ["datasets"]["code"]["source"] == "node cache"
     with open(copy / "code" / "shard-00000.jsonl", "a") as f:
         f.write(json.dumps({"text": "one more document"}) + "\n")
-    assert priming.prime(pipeline(copy, tokenizer_path, names=("code",))) \
+    assert prime(pipeline(copy, tokenizer_path, names=("code",)))[1] \
         ["datasets"]["code"]["source"] == "measured"
     # other estimation settings: another figure
-    assert priming.prime(pipeline(copy, tokenizer_path, names=("code",),
-                                  te=TokenEstimation(precision=0.02))) \
+    assert prime(pipeline(copy, tokenizer_path, names=("code",),
+                         te=TokenEstimation(precision=0.02)))[1] \
         ["datasets"]["code"]["source"] == "measured"
 
 
@@ -143,8 +148,8 @@ def test_a_changed_tokenizer_or_dataset_is_measured_again(corpus, tokenizer_path
                                      "KEY-1.5", "KEY-nan", "KEY-true"])
 def test_a_corrupt_cache_entry_is_not_believed(corpus, tokenizer_path, cache, garbage):
     p = pipeline(corpus, tokenizer_path, names=("code",))
-    priming.prime(p)
-    good = p.work_source.token_ratios["code"]
+    primed, _ = prime(p)
+    good = primed.token_ratios["code"]
     (entry,) = cache.glob("*.json")
     key = entry.stem
     if garbage.startswith("KEY-"):
@@ -153,8 +158,9 @@ def test_a_corrupt_cache_entry_is_not_believed(corpus, tokenizer_path, cache, ga
             '"VALUE"', value.replace("nan", "NaN"))
     entry.write_text(garbage)
     again = pipeline(corpus, tokenizer_path, names=("code",))
-    assert priming.prime(again)["datasets"]["code"]["source"] == "measured"
-    assert again.work_source.token_ratios["code"] == good
+    primed, report = prime(again)
+    assert report["datasets"]["code"]["source"] == "measured"
+    assert primed.token_ratios["code"] == good
     assert json.loads(entry.read_text())["tokens_per_byte"] == good  # and the entry is mended
 
 
@@ -189,7 +195,7 @@ def test_build_index_with_a_tokenizer_stores_the_figure_every_node_reads(
     ws2 = StaticMixtureWorkSource(ws.datasets, mixture={"web": 1.0}, seed=3,
                                   token_estimation=TokenEstimation())
     p2 = Pipeline(ws2).tokenize(tokenizer=tokenizer_path, field="text").batch(microbatch_size=4)
-    report = priming.prime(p2)
+    _, report = prime(p2)
     assert report["datasets"]["web"]["source"] == "index.json"
 
 
@@ -250,7 +256,7 @@ def test_measuring_without_a_text_field_falls_back_to_the_plain_mean(corpus, cac
                                  mixture={"web": 1.0}, seed=0, token_estimation=te)
     p = Pipeline(ws).batch(microbatch_size=4)
     with pytest.warns(UserWarning, match="within ±"):  # no lengths to lean on: said, not hidden
-        report = priming.prime(p)
+        _, report = prime(p)
     assert report["datasets"]["web"]["source"] == "measured"
     assert report["datasets"]["web"]["tokenized"] >= 256
     assert token_sampling.cal is cal

@@ -132,7 +132,7 @@ def test_the_guides_pipeline_delivers_or_counts_every_record(corpus, workers, tm
     p.close()
     assert boundaries > 100
     # every record drawn is delivered (once, however many pieces it was cut into) or counted
-    drawn = drawn_records(p.work_source)
+    drawn = drawn_records(p._primed)  # the work source as the run primed it (a copy)
     names = list(WEIGHTS)
     delivered = np.array([snap["datasets"][n]["records"] for n in names])
     lost = np.array([sum(r["records"] for r in snap["losses"]["by_dataset"].get(n, {}).values())

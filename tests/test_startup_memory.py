@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from test_checkpoint import _make, _sig
 
-from zephon.engine.memory import plan_memory
+from zephon.engine.plan.memory import plan_memory
+from zephon.ops.traits import OpTraits
 from zephon.options import RuntimeOptions
 
 
@@ -79,6 +80,9 @@ def test_explicit_settings_win_over_the_budget():
         op_name = "fetch"
         datasets: list = []
 
+        def traits(self) -> OpTraits:
+            return OpTraits(preserves_cursor_order=True, cost="decode")
+
     plan = plan_memory(opts, [Fetch()], [], "process", 2, 1024, 256 << 20, False)
     assert "shm_slot_bytes" not in plan.sized
     # the workers' slots as set, output slots of at most 2 MiB
@@ -99,11 +103,11 @@ def test_snapshot_reports_memory_without_a_budget(corpus_dir, tokenizer_path):
 def test_open_packing_rows_count_in_the_memory_plan(corpus_dir, tokenizer_path):
     """Each stateful operator states what a lane holds at most (``held_bound``): the shuffle
     buffer in records, the open packing rows in tokens (counted as none before)."""
-    from zephon.engine.memory import held_records
-    from zephon.engine.plan import compile_plan
+    from zephon.engine.plan.memory import held_records
+    from zephon.engine.plan.stages import compile_plan
 
     p = _make(corpus_dir, tokenizer_path, "split+shuffle+mixture+best_fit")
-    serial = compile_plan(p._all_ops()).serial_ops
+    serial = compile_plan(p._spec().all_ops).serial_ops
     shuffle, pack = (next(op for op in serial if op.op_name == n) for n in ("shuffle", "pack_flat"))
     records, tokens = held_records(serial)
     assert records >= shuffle.buffer_size

@@ -14,7 +14,7 @@ PACKAGE = ROOT / "zephon"
 MAX_LINES = 400
 
 # over the limit today, each to be split by the work on operators / the engine (issue 20)
-LONG_TODAY = {"zephon/engine/wire.py"}
+LONG_TODAY: set[str] = set()
 # import circles today, inside the operators' and the checkpoints' code (issue 20)
 CIRCLES_TODAY: list[set[str]] = []
 

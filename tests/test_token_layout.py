@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zephon.ops.token_layout import bracket, split, truncate
+from zephon.tokens.token_layout import bracket, split, truncate
 
 rows_st = st.lists(st.lists(st.integers(3, 99), max_size=12), min_size=1, max_size=8)
 

@@ -119,8 +119,11 @@ def test_token_aware_mixture_delivers_tokens_in_ratio(tmp_path, tokenizer_path):
             break
     share = tokens[0] / tokens.sum()
     assert abs(share - 0.5) < 0.03, share
-    # the sample counts are deliberately skewed to get there
-    assert ws.token_ratios is not None
+    # the sample counts are deliberately skewed to get there: priming measured both datasets
+    measured = p.metrics_snapshot()["priming"]["datasets"]
+    assert {n: m["source"] for n, m in measured.items()} == {"long": "measured",
+                                                             "short": "measured"}
+    assert measured["long"]["tokens_per_record"] > 3 * measured["short"]["tokens_per_record"]
 
 
 def test_ensure_mixture_holds_a_target_the_source_does_not(tmp_path):

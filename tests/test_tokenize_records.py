@@ -12,11 +12,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from zephon import Pipeline, synthetic
-from zephon.engine.checkpoint_view import fingerprint
+from zephon.engine.plan.checkpoint_view import fingerprint as spec_fingerprint
 from zephon.io import DataError, Dataset, InMemoryShard
 from zephon.work import StaticMixtureWorkSource
 
 TEXTS = synthetic.documents(40, seed=11, mean_words=30)
+
+
+def fingerprint(pipeline):
+    """The fingerprint a checkpoint of ``pipeline`` carries (of the spec it runs)."""
+    return spec_fingerprint(pipeline._spec())
 
 
 def _pipe(datasets, **opts):
@@ -254,7 +259,7 @@ def test_encoding_goes_in_bounded_calls_with_the_same_result(tokenizer_path):
     one call's."""
     from tokenizers import Tokenizer
 
-    from zephon.ops import tokenizer_source as ts
+    from zephon.tokens import tokenizer_source as ts
 
     real = Tokenizer.from_file(tokenizer_path)
     calls = []

@@ -10,13 +10,18 @@ from pathlib import Path
 import pytest
 
 from zephon import Pipeline, synthetic
-from zephon.engine.checkpoint_view import fingerprint
+from zephon.engine.plan.checkpoint_view import fingerprint as spec_fingerprint
 from zephon.io import Dataset, InMemoryShard
 from zephon.work import StaticMixtureWorkSource
 
 pytest.importorskip("tokenizers")
 PRETRAINING_GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guides" / "pretraining.md"
 TEXTS = synthetic.documents(12, seed=4, mean_words=10)
+
+
+def fingerprint(pipeline):
+    """The fingerprint a checkpoint of ``pipeline`` carries (of the spec it runs)."""
+    return spec_fingerprint(pipeline._spec())
 
 
 def _train(path: Path, specials: list[str], template: str | None = None) -> str:

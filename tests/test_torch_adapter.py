@@ -92,9 +92,7 @@ def test_a_dataloader_worker_without_lanes_says_so(corpus_dir, tokenizer_path):
     loader = torch.utils.data.DataLoader(_pipeline(corpus_dir, tokenizer_path).to_torch_dataset(),
                                          batch_size=None, num_workers=3)
     with pytest.warns(RuntimeWarning, match="worker 2 of 3 has no lanes"):
-        from zephon.torch import _in_loader_worker
-
-        _in_loader_worker(_pipeline(corpus_dir, tokenizer_path), 2, 3)
+        _pipeline(corpus_dir, tokenizer_path).to_torch_dataset().in_loader_worker(2, 3)
     got = [_sig(b) for _, b in zip(range(12), loader)]
     assert got == stream  # workers 0 and 1 read lanes 0 and 1; worker 2 has none
 

@@ -21,8 +21,8 @@ from test_user_ops_helpers import (
     stream,
 )
 
-from zephon.engine.chain import LaneChain
-from zephon.engine.plan import compile_plan
+from zephon.engine.lanes.chain import LaneChain
+from zephon.engine.plan.stages import compile_plan
 from zephon.ops import OpContext
 
 CUTS = [0, 1, 2, 3, 5, 8, 13]
@@ -84,10 +84,10 @@ def test_rows_of_the_last_serial_op_carry_no_recipe():
                                     accumulator=counting3).map_transform(lambda p: p)
     assert list(alone)
     # nothing downstream holds rows: the plan says so, and the op's lanes are told
-    plan = compile_plan(alone._all_ops())
+    plan = compile_plan(alone._spec().all_ops)
     assert plan.recipes_needed == [False, False]
     assert LaneChain(plan, 0, OpContext()).stages[0].emit_recipes is False
-    assert compile_plan(with_batch._all_ops()).recipes_needed == [True, False]
+    assert compile_plan(with_batch._spec().all_ops).recipes_needed == [True, False]
 
 
 def test_custom_grouping_accumulator_is_restored_from_its_held_records():

@@ -2,7 +2,7 @@
 
 ``--tokenizer PATH`` (and ``--field NAME``, default ``text``) also measures the dataset's tokens
 per record for that tokenizer, as a token-aware mixture's priming would
-(``zephon/engine/priming.py``), and stores the figure in index.json, so that every node reading
+(``zephon/engine/priming/token_ratios.py``), and stores the figure in index.json, so that every node reading
 the dataset starts without measuring. It is used by pipelines whose operators up to
 ``tokenize`` are exactly ``tokenize(tokenizer=PATH, field=NAME)`` with its defaults, and whose
 ``TokenEstimation`` has the default settings; any other pipeline measures (once per node).
@@ -26,7 +26,7 @@ def add_token_estimates(dataset_dir: str | os.PathLike, tokenizer: str, *, field
                         storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Measure the dataset at ``dataset_dir`` (which has an index.json) for ``tokenizer`` and
     store the figure in its index.json; returns the stored entry."""
-    from zephon.engine.priming import estimate_key, measured_figure, sealed
+    from zephon.engine.priming.token_ratios import estimate_key, measured_figure, sealed
     from zephon.io import Dataset
     from zephon.io.storage.location import Location
     from zephon.ops.fetch import FetchOp

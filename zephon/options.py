@@ -12,6 +12,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from zephon.errors import ConfigError, ConfigTypeError
 from zephon.option_values import check_int, parse_env_int, parse_size_bytes, parse_store_uri
 
 IpcTransport = Literal["socketpair", "pipe"]
@@ -45,11 +46,11 @@ KNOWN_OPTIONS: dict[str, Any] = {
     "mtp_auto_checkpoint": True, "execution_tracking": None, "metrics_sink_config": None,
     "emit_fetch_metrics": None, "emit_prefetch_metrics": None, "progress": None,
     "log_level": None,
-    # the realised-mixture check (zephon/engine/mixture_check.py): observes, never changes data
+    # the realised-mixture check (zephon/engine/observe/mixture_check.py): observes, never changes data
     "mixture_tolerance": None, "mixture_window": None,
-    # sizes slots, buffers and caches to fit (zephon/engine/memory.py)
+    # sizes slots, buffers and caches to fit (zephon/engine/plan/memory.py)
     "memory_budget": None,
-    # the Ray runner (engine/ray_config.py)
+    # the Ray runner (engine/ray/config.py)
     "ray_address": None, "ray_workers": None, "ray_resources": None, "ray_runtime_env": None,
 }
 
@@ -171,10 +172,7 @@ class RuntimeOptions:
             value = (StoreOptions.coerce(prev).merged(value) if prev is not None
                      else StoreOptions.coerce(value))
         if name in ("ray_resources", "ray_runtime_env") and value is not None:
-            from zephon.engine import ray_config
-
-            check = (ray_config.check_resources if name == "ray_resources"
-                     else ray_config.check_runtime_env)
+            check = check_ray_resources if name == "ray_resources" else check_ray_runtime_env
             value = check(value)
         if name == "mixture_config":
             from zephon.work.read_config import coerce
@@ -202,3 +200,42 @@ class RuntimeOptions:
 
     def get(self, name: str) -> Any:
         return self.resolve(name)[0]
+
+
+# -- the Ray runner's options, checked here without importing Ray (engine/ray/config.py) ---
+
+# what ``ray_resources`` may set: the actor options that say where an actor may run
+ACTOR_OPTIONS = frozenset({"num_cpus", "num_gpus", "memory", "resources", "accelerator_type",
+                           "scheduling_strategy", "label_selector"})
+
+
+def check_ray_resources(value: Any) -> dict[str, Any]:
+    """``options(ray_resources=...)``: a dict of the actor options Ray schedules by."""
+    if not isinstance(value, dict):
+        raise ConfigTypeError(f"options(ray_resources=...) must be a dict of Ray actor options, "
+                              f"got {type(value).__name__}")
+    unknown = sorted(set(value) - ACTOR_OPTIONS)
+    if unknown:
+        raise ConfigError(f"options(ray_resources=...): unknown key(s) {unknown}; "
+                          f"known: {sorted(ACTOR_OPTIONS)}")
+    for key in ("num_cpus", "num_gpus", "memory"):
+        v = value.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
+            raise ConfigError(f"options(ray_resources=...): {key} must be a number >= 0, "
+                              f"got {v!r}")
+    if "resources" in value and not isinstance(value["resources"], dict):
+        raise ConfigTypeError("options(ray_resources=...): 'resources' must be a dict of custom "
+                              "resource amounts")
+    return dict(value)
+
+
+def check_ray_runtime_env(value: Any) -> dict[str, Any]:
+    """``options(ray_runtime_env=...)``: a dict whose ``env_vars`` map str to str."""
+    if not isinstance(value, dict):
+        raise ConfigTypeError(f"options(ray_runtime_env=...) must be a dict, got "
+                              f"{type(value).__name__}")
+    env = value.get("env_vars", {})
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                            for k, v in env.items()):
+        raise ConfigTypeError("options(ray_runtime_env=...): 'env_vars' must map str to str")
+    return dict(value)

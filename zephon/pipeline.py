@@ -1,13 +1,16 @@
 """The pipeline builder: records the operator chain and options, nothing else.
 
 Each builder call appends one operator and returns the same ``Pipeline`` (fluent). Nothing runs
-until iteration; then ``zephon.engine`` compiles the chain and runs it. The builder methods
-live in ``zephon.record_builders`` and ``zephon.token_builders``; this module holds the
-pipeline's state, its options and inspection, and running, checkpointing and restoring it.
+until iteration; then the pipeline hands ``zephon.engine`` a frozen ``PipelineSpec`` (``_spec``),
+which it compiles and runs; the engine reads nothing else of the pipeline and writes nothing
+back. The builder methods live in ``zephon.record_builders`` and ``zephon.token_builders``; this
+module holds the pipeline's state, its options and inspection, and running, checkpointing and
+restoring it.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +20,7 @@ from zephon.record_builders import RecordBuilders
 from zephon.token_builders import TokenBuilders
 
 if TYPE_CHECKING:
+    from zephon.engine.spec import PipelineSpec
     from zephon.validation import ValidationReport
 
 
@@ -36,10 +40,11 @@ class Pipeline(RecordBuilders, TokenBuilders):
     """
 
     def __init__(self, work_source: Any) -> None:
-        from zephon.engine.chunk_source import speaks_clone_protocol
+        from zephon.engine.lanes.chunk_source import speaks_clone_protocol
+        from zephon.errors import ConfigTypeError
 
         if not hasattr(work_source, "lane_chunk") and not speaks_clone_protocol(work_source):
-            raise TypeError("Pipeline needs a WorkSource such as StaticMixtureWorkSource (or "
+            raise ConfigTypeError("Pipeline needs a WorkSource such as StaticMixtureWorkSource (or "
                             "one with next_chunk(), clone_for_lane() and datasets_by_id)")
         self.work_source = work_source
         self._ops: list[Operator] = []
@@ -50,6 +55,10 @@ class Pipeline(RecordBuilders, TokenBuilders):
         self._pending_restore: dict | None = None
         self._validated = False  # add_op operators are probed on the first iteration
         self._runtime = None  # live engine session; never pickled
+        # the work source as the last run primed it (a copy of ``work_source`` with its token
+        # ratios), reused until the operator chain changes; None until then
+        self._primed: Any = None
+        self._checkpoint_round = 0  # collective checkpoints taken (they are gathered in rounds)
 
     # -- pickling: drop the live runtime, keep graph, options, pending restore -------------------
 
@@ -70,7 +79,7 @@ class Pipeline(RecordBuilders, TokenBuilders):
         """
         from zephon.validation import validate_pipeline
 
-        return validate_pipeline(self, strict=strict)
+        return validate_pipeline(self._spec(), strict=strict)
 
     # -- options and inspection ----------------------------------------------------------------
 
@@ -126,34 +135,52 @@ class Pipeline(RecordBuilders, TokenBuilders):
         value came from, and where token-estimation figures will come from."""
         from zephon.engine.explain import explain
 
-        return explain(self)
+        return explain(self._spec(), self._runtime)
 
     # -- running -------------------------------------------------------------------------------
 
-    def _all_ops(self) -> list[Operator]:
+    def _spec(self) -> PipelineSpec:
+        """This pipeline frozen for the engine (``zephon.engine.spec``): what it runs now."""
+        from zephon.engine.spec import PipelineSpec, datasets_of
         from zephon.ops.fetch import FetchOp
 
-        datasets = self.work_source.datasets_by_id
-        datasets = [datasets[i] for i in sorted(datasets)] if isinstance(datasets, Mapping) else list(datasets)
+        source = self._primed if self._primed is not None else self.work_source
+        datasets = datasets_of(source)
         io = self._options.explicit.get("io_options")
         if io is not None:  # storage settings travel with the (pickled) datasets
             datasets = [ds.with_store_options(io) if hasattr(ds, "with_store_options") else ds
                         for ds in datasets]
-        return [FetchOp(datasets, **self._fetch_kw), *self._ops]
+        seen = self._observability or {}
+        tracking = seen.get("tracking", "off")
+        fetch = FetchOp(datasets, **self._fetch_kw, timing=tracking == "nodes")
+        return PipelineSpec(
+            work_source=source, ops=tuple(self._ops), fetch=fetch,
+            options=RuntimeOptions(dict(self._options.explicit)),
+            prefetch=dict(self._prefetch) if self._prefetch else None,
+            pending_restore=self._pending_restore, tracking=tracking, sink=seen.get("sink"),
+            fetch_max_batch=self._fetch_kw.get("max_batch"))
+
+    def _restore_consumed(self) -> None:
+        """The engine has started from the pending checkpoint: later ones come from the run."""
+        self._pending_restore = None
 
     def __iter__(self) -> Iterator[Any]:
         from zephon.engine.session import Session
 
         if self._runtime is not None and self._runtime.active:
-            raise RuntimeError("this pipeline is already being iterated; only one iterator may be active")
+            from zephon.errors import EngineError
+
+            raise EngineError("this pipeline is already being iterated; only one iterator may be active")
         if self._runtime is not None:
             self._runtime.close()
+        spec = self._spec()
         if not self._validated:
             from zephon.validation import auto_validate
 
-            auto_validate(self)  # options(auto_validation=...): strict raises, warn warns
+            auto_validate(spec)  # options(auto_validation=...): strict raises, warn warns
             self._validated = True
-        self._runtime = Session(self)
+        self._runtime = Session(spec, on_started=self._restore_consumed)
+        self._primed = self._runtime.spec.work_source
         return iter(self._runtime)
 
     def checkpoint(self) -> dict:
@@ -168,7 +195,11 @@ class Pipeline(RecordBuilders, TokenBuilders):
         """
         from zephon.engine.session import checkpoint_of
 
-        return checkpoint_of(self)
+        if self._pending_restore is not None:
+            return self._pending_restore
+        self._checkpoint_round += 1
+        doc, self._primed = checkpoint_of(self._spec(), self._runtime, self._checkpoint_round)
+        return doc
 
     def restore(self, state: Mapping[str, Any]) -> Pipeline:
         """Resume from a checkpoint on the next iteration: the stream goes on exactly where the
@@ -187,10 +218,10 @@ class Pipeline(RecordBuilders, TokenBuilders):
             CheckpointError: Malformed, altered, or taken by a different pipeline (the message
                 names the field or the difference).
         """
-        from zephon.engine.checkpoint_view import view_of
+        from zephon.engine.plan.checkpoint_view import view_of
         from zephon.state.checkpoint import validate_checkpoint
 
-        doc = validate_checkpoint(state, view_of(self))
+        doc = validate_checkpoint(state, view_of(self._spec()))
         self._changed()
         self._pending_restore = doc
         return self
@@ -236,7 +267,28 @@ class Pipeline(RecordBuilders, TokenBuilders):
         """
         from zephon.torch import PipelineIterableDataset
 
-        return PipelineIterableDataset(self, stateful=stateful)
+        return PipelineIterableDataset(self, stateful=stateful,
+                                       as_loader_worker=self._as_loader_worker)
+
+    def _as_loader_worker(self, worker: int, workers: int) -> None:
+        """Make this pipeline DataLoader worker ``worker``'s share: its lanes, run in this
+        process (``zephon.torch``; a DataLoader worker is daemonic: it may not start
+        processes, so the process runner becomes inline; the threads runner is kept)."""
+        from zephon.engine.factory import engine_kind
+        from zephon.engine.plan.topology import LOADER_SHARE, resolve_topology
+
+        if workers > 1:
+            self._options.explicit[LOADER_SHARE] = (worker, workers)
+        if engine_kind(self._options)[0] == "process":
+            self.options(runner="inline")
+        if workers > 1 and not resolve_topology(self._options).owned_lanes:
+            rank = RuntimeOptions({k: v for k, v in self._options.explicit.items()
+                                   if k != LOADER_SHARE})
+            lanes = resolve_topology(rank).owned_lanes
+            warnings.warn(f"zephon: DataLoader worker {worker} of {workers} has no lanes to "
+                          f"read: this rank has {len(lanes)} (canonical_replicas); a lane count "
+                          "that is a multiple of num_workers uses every worker", RuntimeWarning,
+                          stacklevel=3)
 
     def to_indexable_torch_dataset(self) -> Any:
         """Not available: a mixture work source has no map-style access.
@@ -244,7 +296,9 @@ class Pipeline(RecordBuilders, TokenBuilders):
         Raises:
             RuntimeError: Always; use ``to_torch_dataset()``.
         """
-        raise RuntimeError(
+        from zephon.errors import EngineError
+
+        raise EngineError(
             "this pipeline is not indexable: a StaticMixtureWorkSource has no map-style access; "
             "use to_torch_dataset()")
 

@@ -27,6 +27,7 @@ class PipelineBase:
     _prefetch: dict[str, Any] | None
     _validated: bool
     _runtime: Any
+    _primed: Any
 
     def _changed(self) -> None:
         if self._runtime is not None:
@@ -39,5 +40,6 @@ class PipelineBase:
                           stacklevel=3)
         self._ops.append(op)
         self._validated = False
+        self._primed = None  # token ratios are measured through the chain: again
         self._changed()
         return self

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from zephon.compat_notes import compat_keywords
 from zephon.ops.base import Operator
 from zephon.ops.batch import BatchOp
 from zephon.ops.decode_text import DecodeTextOp
@@ -26,6 +27,7 @@ class RecordBuilders(PipelineBase):
 
     # -- builder: fetch side -------------------------------------------------------------------
 
+    @compat_keywords("parallelism")
     def fetch(self, parallelism: int | None = None, max_batch: int | None = None) -> Self:
         """Tune the implicit fetch operator (worker count, micro-batch size).
 
@@ -46,6 +48,7 @@ class RecordBuilders(PipelineBase):
 
     fetch_parallelism = fetch
 
+    @compat_keywords("placement")
     def prefetch(self, buffer_size: int = 1024, parallelism: int | None = None, *,
                  placement: str = "local") -> Self:
         """Download the shards that the next pointers need before the fetch reads them.
@@ -55,7 +58,8 @@ class RecordBuilders(PipelineBase):
         Args:
             buffer_size: Pointers looked ahead.
             parallelism: Concurrent downloads (default 4).
-            placement: Accepted for compatibility; prefetching runs on this node.
+            placement: Zephon 0.2.0's; no effect here (a non-default value is said once):
+                prefetching runs on this node.
 
         Returns:
             This pipeline.
@@ -74,6 +78,7 @@ class RecordBuilders(PipelineBase):
 
     # -- builder: record operators -------------------------------------------------------------
 
+    @compat_keywords("parallelism")
     def decode_text(self, parallelism: int | None = None, **kw: Any) -> Self:
         """Decode bytes fields into text.
 
@@ -88,6 +93,7 @@ class RecordBuilders(PipelineBase):
         """
         return self._append(DecodeTextOp(parallelism=parallelism, **kw))
 
+    @compat_keywords("placement", "parallelism")
     def map_transform(self, fn: Callable[[Any], Any], *, drop_none: bool = True,
                       placement: str = "auto", parallelism: int | None = None) -> Self:
         """Apply ``fn`` to every record's payload; ``None`` drops the record.
@@ -98,7 +104,8 @@ class RecordBuilders(PipelineBase):
         Args:
             fn: ``fn(payload) -> payload | None``; a dict record's payload is a plain dict.
             drop_none: Drop the records for which ``fn`` returns ``None``.
-            placement: Accepted for compatibility; the engine places stateless operators itself.
+            placement: Zephon 0.2.0's; no effect here (a non-default value is said once):
+                the engine places stateless operators itself.
             parallelism: Shown in ``explain()``; every worker runs the stateless operators.
 
         Returns:
@@ -106,6 +113,7 @@ class RecordBuilders(PipelineBase):
         """
         return self._append(MapTransformOp(fn, drop_none=drop_none, parallelism=parallelism))
 
+    @compat_keywords("placement", "parallelism")
     def map_batch(self, fn: Callable[[Any], Any], *, drop_none: bool = True,
                   placement: str = "auto", parallelism: int | None = None) -> Self:
         """Apply ``fn`` to every ``SampleBatch`` after ``batch``; ``None`` drops the batch.
@@ -113,7 +121,7 @@ class RecordBuilders(PipelineBase):
         Args:
             fn: ``fn(batch) -> batch | None``.
             drop_none: Drop the batches for which ``fn`` returns ``None``.
-            placement: Accepted for compatibility.
+            placement: Zephon 0.2.0's; no effect here (a non-default value is said once).
             parallelism: Shown in ``explain()``.
 
         Returns:
@@ -126,6 +134,7 @@ class RecordBuilders(PipelineBase):
             raise ValueError("map_batch must come after batch()")
         return self._append(MapBatchOp(fn, drop_none=drop_none, parallelism=parallelism))
 
+    @compat_keywords("placement")
     def batch(self, microbatch_size: int, *, drop_last: bool = False,
               placement: str = "auto") -> Self:
         """Group records into ``SampleBatch``es, each of one lane. At most once per pipeline.
@@ -137,7 +146,8 @@ class RecordBuilders(PipelineBase):
                 records dropped are counted in ``metrics_snapshot()["losses"]`` as
                 ``short_batch``. (Zephon 0.2.0 defaulted to ``True``; no flush happens mid-run
                 here, so this concerns one batch per lane per run.)
-            placement: Accepted for compatibility; the engine places ``batch`` itself.
+            placement: Zephon 0.2.0's; no effect here (a non-default value is said once):
+                the engine places ``batch`` itself.
 
         Returns:
             This pipeline.
@@ -149,6 +159,7 @@ class RecordBuilders(PipelineBase):
             raise ValueError("batch() may appear only once")
         return self._append(BatchOp(microbatch_size, drop_last=drop_last))
 
+    @compat_keywords("placement", "parallelism")
     def shuffle(self, buffer_size: int | None = None, *, seed: int = 0,
                 algorithm: str = "streaming", warmup_growth: float = 1.5,
                 placement: str = "auto", parallelism: int | None = None) -> Self:
@@ -163,7 +174,7 @@ class RecordBuilders(PipelineBase):
                 ``buffer_size``, each permuted) or ``"block_warmup"`` (blocks that grow by
                 ``warmup_growth`` up to ``buffer_size``).
             warmup_growth: Growth factor of ``"block_warmup"``'s blocks (at least 1.0).
-            placement: Accepted for compatibility.
+            placement: Zephon 0.2.0's; no effect here (a non-default value is said once).
             parallelism: Accepted for compatibility; a lane's shuffle runs serially.
 
         Returns:
@@ -174,6 +185,7 @@ class RecordBuilders(PipelineBase):
         return self._append(ShuffleOp(8192 if buffer_size is None else buffer_size, seed=seed,
                                       algorithm=algorithm, warmup_growth=warmup_growth))
 
+    @compat_keywords("placement", "parallelism")
     def ensure_mixture(self, *, max_buffer_size: int | None = 1000,
                        drain_target_ratio: float = 0.8, obsolete_drain_rate: float = 0.1,
                        weight_by: Any = "auto", warn_tolerance: float | None = None,
@@ -196,7 +208,7 @@ class RecordBuilders(PipelineBase):
             warn_tolerance: Drift of a dataset's realised share from its target above which a
                 warning is given (default: no warning).
             mixture: Target weights by dataset name (default: the work source's mixture).
-            placement: Accepted for compatibility.
+            placement: Zephon 0.2.0's; no effect here (a non-default value is said once).
             parallelism: Accepted for compatibility; a lane's mixture runs serially.
 
         Returns:
@@ -212,8 +224,9 @@ class RecordBuilders(PipelineBase):
             self.work_source, max_buffer_size=max_buffer_size,
             drain_target_ratio=drain_target_ratio, obsolete_drain_rate=obsolete_drain_rate,
             weight_by=weight_by, warn_tolerance=warn_tolerance, mixture=mixture,
-            tokenized=any(o.op_name in ("tokenize", "tokenize_chat") for o in self._ops)))
+            tokenized=any(o.traits().cost == "tokenize" for o in self._ops)))
 
+    @compat_keywords("placement", "parallelism")
     def expand_chat(self, *, field: str = "messages", placement: str = "auto",
                     parallelism: int | None = None) -> Self:
         """One record per answered user query of the conversation in ``field``: each keeps the
@@ -224,7 +237,7 @@ class RecordBuilders(PipelineBase):
         Args:
             field: The payload field holding the list of ``{"role": ..., "content": ...}``
                 messages (a dotted path reaches nested fields).
-            placement: Accepted for compatibility.
+            placement: Zephon 0.2.0's; no effect here (a non-default value is said once).
             parallelism: Shown in ``explain()``; every worker runs the stateless operators.
 
         Returns:
@@ -242,6 +255,7 @@ class RecordBuilders(PipelineBase):
 
     # -- builder: user operators (docs/guides/operators.md) -----------------------------------
 
+    @compat_keywords("placement", "parallelism")
     def stateful_transform(self, name: str, *, init_state: Callable[[], Any],
                            push: Callable[[Any, list], tuple],
                            flush: Callable[[Any], list] | None = None,
@@ -263,7 +277,7 @@ class RecordBuilders(PipelineBase):
                 whenever ``push`` keeps records in the state, or they are lost at the end.
             should_flush: ``state -> bool``: flush now and start over from ``init_state()``.
             transform: ``records -> records``: a stateless step after the state.
-            placement: Accepted for compatibility.
+            placement: Zephon 0.2.0's; no effect here (a non-default value is said once).
             parallelism: Shown in ``explain()``.
             indexable: Accepted for compatibility.
             preserves_cursor_order: ``False`` when records are held back or reordered.
@@ -284,6 +298,7 @@ class RecordBuilders(PipelineBase):
             self._append(op)
         return self
 
+    @compat_keywords("placement")
     def add_op(self, op: Operator | str | None = None, /, **kw: Any) -> Self:
         """Add a user operator: ``add_op(MyOp(...))`` with a ``BaseOp`` subclass instance, or
         ``add_op("name", process_many=fn, preserves_cursor_order=True, ...)``.
@@ -305,12 +320,13 @@ class RecordBuilders(PipelineBase):
 
         return self._append(build_add_op(op, **kw))
 
+    @compat_keywords("placement", "parallelism")
     def materialize(self, placement: str = "auto", parallelism: int | None = None) -> Self:
         """Payloads are always materialised in Zephon; kept for API compatibility.
 
         Args:
-            placement: Ignored.
-            parallelism: Ignored.
+            placement: Zephon 0.2.0's; no effect (a non-default value is said once).
+            parallelism: Zephon 0.2.0's; no effect (a non-default value is said once).
 
         Returns:
             This pipeline.

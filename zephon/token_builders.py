@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from zephon.compat_notes import compat_keywords
 from zephon.ops.modes import MissingFieldMode, PackingAlgorithm, SpanSource, SpecialTokensMode
 from zephon.pipeline_base import PipelineBase
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 class TokenBuilders(PipelineBase):
     """The builder methods that turn text into token rows (see ``Pipeline``)."""
 
+    @compat_keywords("placement", "parallelism")
     def tokenize(self, tokenizer: Any = None, tokenizer_id: str | None = None, *, field: str,
                  max_length: int | None = None, truncation: bool = False,
                  split_long_samples: bool = False, special_tokens: SpecialTokensMode = "bos_eos",
@@ -58,7 +60,7 @@ class TokenBuilders(PipelineBase):
                 batch to its longest row).
             return_tensors: Accepted for the reference's API; rows are Arrow lists.
             parallelism: Shown in ``explain()``; every worker runs the stateless operators.
-            placement: Accepted for compatibility.
+            placement: Zephon 0.2.0's; no effect here (a non-default value is said once).
             pad_token_id: The pad id (default: the tokenizer's PAD, else its EOS, else 0).
             on_bad_record: A missing, null or non-text field raises a ``DataError``
                 (``"raise"``) or is skipped and counted (``"skip"``).
@@ -82,6 +84,7 @@ class TokenBuilders(PipelineBase):
             pad_token_id=pad_token_id, on_bad_record=on_bad_record)
         return self._append(op.named_by(self.work_source))
 
+    @compat_keywords("placement", "parallelism")
     def tokenize_chat(self, tokenizer: Any = None, tokenizer_id: str | None = None, *,
                       eos_token: str | None = None, field: str = "messages",
                       max_length: int | None = None, chat_template: Any = None,
@@ -121,7 +124,7 @@ class TokenBuilders(PipelineBase):
                 (``"truncate"``) or dropped (``"drop"``); both are counted.
             on_bad_record: A bad conversation raises a ``DataError`` (``"raise"``) or is
                 skipped and counted (``"skip"``).
-            placement: Accepted for compatibility.
+            placement: Zephon 0.2.0's; no effect here (a non-default value is said once).
             parallelism: Shown in ``explain()``; every worker runs the stateless operators.
 
         Returns:
@@ -144,6 +147,7 @@ class TokenBuilders(PipelineBase):
             placement=placement)
         return self._append(op.named_by(self.work_source))
 
+    @compat_keywords("placement", "parallelism")
     def pack_flat(self, max_length: int, *, num_bins: int | None = None,
                   algorithm: PackingAlgorithm = "first_fit", tokens_field: str = "auto",
                   drop_oversized: bool | None = None, oversized: str | None = None,
@@ -193,7 +197,7 @@ class TokenBuilders(PipelineBase):
             length_fn: Refused: packing measures the token field.
             pack_payloads: Accepted (and checked) as ``pack_sequences`` takes it; token rows
                 do not use it.
-            placement: Accepted for compatibility.
+            placement: Zephon 0.2.0's; no effect here (a non-default value is said once).
             parallelism: Accepted for compatibility; a lane's packing runs serially.
 
         Returns:
@@ -216,6 +220,7 @@ class TokenBuilders(PipelineBase):
             emit_positions=emit_positions, length_fn=length_fn, pack_payloads=pack_payloads,
             placement=placement, parallelism=parallelism))
 
+    @compat_keywords("placement", "parallelism")
     def pack_sequences(self, max_length: int, *, num_bins: int | None = None,
                        algorithm: PackingAlgorithm = "first_fit", tokens_field: str = "auto",
                        drop_oversized: bool | None = None, oversized: str | None = None,
@@ -253,7 +258,7 @@ class TokenBuilders(PipelineBase):
             pad_token_id: Accepted as ``pack_flat`` takes it; nothing is padded here.
             emit_positions: Accepted as ``pack_flat`` takes it; unused here.
             length_fn: Refused, as for ``pack_flat``.
-            placement: Accepted for compatibility.
+            placement: Zephon 0.2.0's; no effect here (a non-default value is said once).
             parallelism: Accepted for compatibility; a lane's packing runs serially.
 
         Returns:

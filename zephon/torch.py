@@ -22,27 +22,36 @@ one state per worker, each holding that worker's lanes, and resumes with the sam
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
+
+from zephon.errors import ConfigError, EngineError
 
 try:
     import torch.utils.data as _tud
 except ImportError as e:  # pragma: no cover - exercised only without torch
-    raise RuntimeError("to_torch_dataset() needs torch: pip install 'zephon[torch]'") from e
+    raise EngineError("to_torch_dataset() needs torch: pip install 'zephon[torch]'") from e
 
 
 class PipelineIterableDataset(_tud.IterableDataset):
-    def __init__(self, pipeline: Any, stateful: bool = True) -> None:
+    def __init__(self, pipeline: Any, stateful: bool = True, *,
+                 as_loader_worker: Callable[[int, int], None]) -> None:
         super().__init__()
         self.pipeline = pipeline
         self.stateful = stateful
+        # makes the pipeline a DataLoader worker's share (``Pipeline._as_loader_worker``)
+        self._as_loader_worker = as_loader_worker
         self._pending: dict | None = None
+
+    def in_loader_worker(self, worker: int, workers: int) -> None:
+        """Make this dataset's pipeline DataLoader worker ``worker``'s share of ``workers``:
+        its lanes, read in this process (warns when it has none)."""
+        self._as_loader_worker(worker, workers)
 
     def __iter__(self) -> Iterator[Any]:
         info = _tud.get_worker_info()
         if info is not None:  # this object is the worker's own copy: adapting it is local
-            _in_loader_worker(self.pipeline, info.id, info.num_workers)
+            self.in_loader_worker(info.id, info.num_workers)
         if self._pending is not None:
             self.pipeline.restore(self._pending)
             self._pending = None
@@ -59,28 +68,5 @@ class PipelineIterableDataset(_tud.IterableDataset):
         if not self.stateful:
             raise AttributeError("load_state_dict needs to_torch_dataset(stateful=True)")
         if "engine" not in state:
-            raise ValueError("not a Zephon dataset state: missing 'engine'")
+            raise ConfigError("not a Zephon dataset state: missing 'engine'")
         self._pending = dict(state["engine"])  # applied when iteration starts (in the worker)
-
-
-def _in_loader_worker(pipeline: Any, worker: int, workers: int) -> None:
-    """Make ``pipeline`` DataLoader worker ``worker``'s share: its lanes, run in this process."""
-    from zephon.engine.session import engine_kind
-    from zephon.engine.topology import LOADER_SHARE, resolve_topology
-
-    if workers > 1:
-        pipeline._options.explicit[LOADER_SHARE] = (worker, workers)
-    if engine_kind(pipeline)[0] == "process":
-        pipeline.options(runner="inline")
-    if workers > 1 and not resolve_topology(pipeline._options).owned_lanes:
-        lanes = resolve_topology(_without_share(pipeline._options)).owned_lanes
-        warnings.warn(f"zephon: DataLoader worker {worker} of {workers} has no lanes to read: "
-                      f"this rank has {len(lanes)} (canonical_replicas); a lane count that is a "
-                      "multiple of num_workers uses every worker", RuntimeWarning, stacklevel=3)
-
-
-def _without_share(options: Any) -> Any:
-    from zephon.engine.topology import LOADER_SHARE
-    from zephon.options import RuntimeOptions
-
-    return RuntimeOptions({k: v for k, v in options.explicit.items() if k != LOADER_SHARE})

@@ -22,7 +22,7 @@ class PssSampler:
             self.sample()
 
     def sample(self) -> int:
-        from zephon.engine.memory import tree_pss
+        from zephon.engine.plan.memory import tree_pss
 
         pss = tree_pss() or 0
         self.peak = max(self.peak, pss)

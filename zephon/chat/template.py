@@ -296,7 +296,7 @@ def special_strings(tokenizer: Any, loaded: Any) -> dict[str, str]:
         return {k: v for k, v in smap.items() if isinstance(v, str)}
     directory = loaded.spec.label
     if loaded.spec.kind == "json" and os.path.isdir(directory):
-        from zephon.ops.special_tokens import declared_tokens
+        from zephon.tokens.special_tokens import declared_tokens
 
         declared = declared_tokens(directory) or {}
         return {f"{r}_token": v for r, v in declared.items() if v is not None}
@@ -312,8 +312,8 @@ def special_strings(tokenizer: Any, loaded: Any) -> dict[str, str]:
 
 def template_for(tokenizer: Any, loaded: Any, chat_template: Any, variables: dict) -> ChatTemplate:
     """The template(s) ``tokenize_chat`` renders with, for a loaded tokenizer
-    (``zephon.ops.tokenizer_source``) and the object or path it was loaded from."""
-    from zephon.ops.tokenizer_source import FALLBACK
+    (``zephon.tokens.tokenizer_source``) and the object or path it was loaded from."""
+    from zephon.tokens.tokenizer_source import FALLBACK
 
     directory = loaded.spec.label if loaded.spec.kind == "json" else None
     label = FALLBACK if loaded.spec.kind == "fallback" else loaded.spec.label

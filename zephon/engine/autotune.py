@@ -40,7 +40,6 @@ from dataclasses import dataclass
 WINDOW_S = 1.0  # wall time measured after the first batch before deciding
 MIN_UNITS = 4
 REVERT_BELOW = 0.9  # a switch that delivers less than this share of the rate before is undone
-LIGHT_OPS = ("fetch", "decode_text")  # GIL-free Arrow/kernel decoding
 
 
 def usable_cores() -> int:
@@ -99,7 +98,8 @@ class AutoTuner:
         self.fixed_runner = fixed_runner  # "process" when the user chose it: tune the count only
         self.worker_names = {op.op_name for op in worker_ops}
         self.first_op = worker_ops[0].op_name if worker_ops else None
-        self.light = all(op.op_name in LIGHT_OPS for op in worker_ops)
+        # GIL-free Arrow/kernel decoding only
+        self.light = all(op.traits().cost == "decode" for op in worker_ops)
         self.window_s = window_s
         self.cpu_clock = cpu_clock  # this thread's CPU time, ns
         self.history: list[str] = []

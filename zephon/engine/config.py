@@ -7,6 +7,11 @@ import multiprocessing
 import warnings
 from dataclasses import dataclass
 
+# The coordinator's output slots start at most this large: a frame too big for one is split
+# (and a single unit grows its slot), whereas 8 slots of a worker's 8 MiB were 64 MiB of mapped memory, half of
+# W2's shared memory, for frames of batches that rarely pass 2 MiB.
+OUTPUT_SLOT_BYTES = 2 << 20
+
 
 @dataclass(frozen=True)
 class EngineConfig:

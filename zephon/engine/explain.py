@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from zephon.engine.plan import compile_plan
-from zephon.engine.session import engine_kind
-from zephon.engine.topology import resolve_topology
+from typing import Any
+
+from zephon.engine.factory import engine_kind
+from zephon.engine.plan.stages import compile_plan
+from zephon.engine.plan.topology import resolve_topology
+from zephon.engine.spec import PipelineSpec
 
 
 def _parallelism(op) -> int:
@@ -14,27 +17,28 @@ def _parallelism(op) -> int:
         return 1
 
 
-def _ray_lines(pipeline) -> list[str]:
+def _ray_lines(spec: PipelineSpec, runtime: Any) -> list[str]:
     """The Ray runner's settings and, while the pipeline runs, its actors (no Ray import)."""
-    from zephon.engine.ray_config import RayConfig
+    from zephon.engine.ray.config import RayConfig
 
-    lines = [f"  ray: {RayConfig.from_options(pipeline._options).describe()}"]
-    engine = getattr(getattr(pipeline, "_runtime", None), "engine", None)
+    lines = [f"  ray: {RayConfig.from_options(spec.options).describe()}"]
+    engine = getattr(runtime, "engine", None)
     describe = getattr(engine, "describe", None)
     if describe is not None:
         lines.extend(describe())
     return lines
 
 
-def explain(pipeline) -> str:
-    opts = pipeline._options
-    plan = compile_plan(pipeline._all_ops())
-    kind, workers = engine_kind(pipeline)
+def explain(spec: PipelineSpec, runtime: Any = None) -> str:
+    """``spec``'s plan as text; ``runtime``, the pipeline's live session if it has one."""
+    opts = spec.options
+    plan = compile_plan(spec.all_ops)
+    kind, workers = engine_kind(opts)
     topo = resolve_topology(opts)
     lines = []
     auto = None
     if kind == "auto":
-        live = pipeline._runtime
+        live = runtime
         if live is not None and live.tuner is not None:  # what the measurements settled on
             kind, workers, auto = live.kind, live.workers, live.tuner.describe()
         else:
@@ -56,14 +60,14 @@ def explain(pipeline) -> str:
     if auto is not None:
         lines.append(f"  num_workers='auto': {auto}")
     if kind == "process":
-        from zephon.engine.ownership import Ownership
+        from zephon.engine.process.ownership import Ownership
 
         why = Ownership.why_not(plan.worker_ops, workers)
         lines.append("  row-group owners: " + (
             "on (each local Parquet row group is read by one worker, which starts decoding it "
             "a window ahead)" if why is None else f"off ({why})"))
     if kind == "ray":
-        lines.extend(_ray_lines(pipeline))
+        lines.extend(_ray_lines(spec, runtime))
     if s_names:
         lines.append(f"Stage[1] place=local break='stateful' runner=serial-per-lane "
                      f"runs_in={'coordinator' if kind == 'process' else 'calling process'} "
@@ -78,9 +82,9 @@ def explain(pipeline) -> str:
         value, source = opts.resolve(name)
         lines.append(f"  {name}={value!r} ({source})")
     from zephon._ext import status
-    from zephon.engine.priming import describe
+    from zephon.engine.priming.token_ratios import describe
 
-    tokens = describe(pipeline)
+    tokens = describe(spec)
     if tokens is not None:
         lines.append(tokens)
 

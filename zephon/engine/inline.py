@@ -7,14 +7,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from zephon.engine.lane import held_by_op, prepare, round_robin
-from zephon.engine.lane_plan import LanePlan
+from zephon.engine.lanes.lane import held_by_op, prepare, round_robin
+from zephon.engine.lanes.lane_plan import LanePlan
 from zephon.io.ahead import read_ahead
 from zephon.ops.base import OpContext, StageInfo
 from zephon.ops.fetch import FetchOp
 
 
 class InlineEngine:
+    kind = "inline"  # what the session reports as running
+
     def __init__(self, lane_plan: LanePlan) -> None:
         self.lane_plan = lane_plan
         ctx = OpContext(StageInfo(0, "inline", 0), worker_id=0, runner="inline")

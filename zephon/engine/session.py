@@ -1,53 +1,36 @@
-"""A live run of a pipeline: resolves options and topology, picks the engine, owns its lifetime."""
+"""A live run of a pipeline: resolves options and topology, primes, asks the factory for an
+engine and owns its lifetime.
+
+It runs a ``PipelineSpec`` (``spec.py``) and writes nothing back to the pipeline: what a run
+learns is its own (``spec`` after priming and memory sizing, the lane states); the pipeline
+asks for it. ``on_started`` tells the pipeline that its pending checkpoint has been taken up.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from zephon.engine.chunk_source import engine_source
-from zephon.engine.lane_plan import LanePlan
-from zephon.engine.plan import compile_plan
-from zephon.engine.topology import resolve_topology
+from zephon.engine.factory import engine_kind, make_engine
+from zephon.engine.lanes.chunk_source import engine_source
+from zephon.engine.lanes.lane_plan import LanePlan
+from zephon.engine.plan.stages import compile_plan
+from zephon.engine.plan.topology import resolve_topology
+from zephon.engine.spec import PipelineSpec
 
 log = logging.getLogger("zephon")
 
-def engine_kind(pipeline) -> tuple[str, int]:
-    """("inline" | "process" | "threads" | "ray" | "auto", workers) chosen from options and
-    environment; "auto" (``num_workers="auto"``, the default) is settled by ``AutoTuner``; for
-    "ray", workers is ``ray_workers`` (0 when the cluster's CPUs decide)."""
-    opts = pipeline._options
-    runner, _ = opts.resolve("runner")
-    if runner == "ray":
-        return "ray", int(opts.get("ray_workers") or 0)
-    workers, _ = opts.resolve("num_workers")
-    if runner == "inline":
-        return "inline", 0
-    if isinstance(workers, str):
-        if workers.strip().lower() != "auto":
-            raise ValueError(f"num_workers must be an integer or 'auto', got {workers!r}")
-        if runner == "threads":
-            from zephon.engine.autotune import usable_cores
-
-            return "threads", usable_cores()
-        return "auto", 0
-    if runner is None:
-        runner = "process" if workers > 0 else "inline"
-    if runner == "process" and workers <= 0:
-        return "inline", 0
-    return runner, max(int(workers), 1)
-
-
 class Session:
-    def __init__(self, pipeline) -> None:
-        from zephon.engine.priming import prime
+    def __init__(self, spec: PipelineSpec, on_started: Callable[[], None] | None = None) -> None:
+        from zephon.engine.priming.token_ratios import prime
 
-        self.pipeline = pipeline
-        opts = pipeline._options
-        pending = pipeline._pending_restore
+        self.spec = spec
+        self.on_started = on_started
+        opts = spec.options
+        pending = spec.pending_restore
         # start-up, in time.monotonic(): the clock the coordinator's and workers' marks use
         self.times: dict[str, float] = {"start": time.monotonic()}
         self.topology = resolve_topology(opts)
@@ -56,12 +39,10 @@ class Session:
             from zephon.state.store_gather import client
 
             client(str(store), float(opts.get("aggregate_timeout_s")))
-        self.plan = compile_plan(pipeline._all_ops())
-        self.tracking = (pipeline._observability or {}).get("tracking", "off")
-        self.plan.worker_ops[0].timing = self.tracking == "nodes"  # fetch: per-shard timing
-        fetch_batch = pipeline._fetch_kw.get("max_batch")
-        self.micro = int(fetch_batch or opts.get("micro_batch_size"))
-        self.kind, self.workers = engine_kind(pipeline)
+        self.plan = compile_plan(spec.all_ops)
+        self.tracking = spec.tracking
+        self.micro = spec.micro_batch_size
+        self.kind, self.workers = engine_kind(opts)
         self.tuner = None
         if self.kind == "auto":
             from zephon.engine.autotune import AutoTuner
@@ -73,42 +54,43 @@ class Session:
         self.options = opts
         self.memory = self._plan_memory(self.kind, self.workers)  # refuses what cannot fit
         if self.kind == "process":  # the fork server imports while this process primes
-            from zephon.engine.startup import warm_forkserver
+            from zephon.engine.observe.startup import warm_forkserver
 
             warm_forkserver(opts.get("start_method"))
         self.times["primed_from"] = time.monotonic()
-        # where each token-aware dataset's figure came from, and how long it took
-        self.priming = prime(pipeline, pending.get("token_ratios") if pending else None)
+        # where each token-aware dataset's figure came from, and how long it took; the run reads
+        # a primed copy of the work source
+        source, self.priming = prime(spec, pending.get("token_ratios") if pending else None)
+        self.spec = self.spec.with_work_source(source)
         self.times["primed"] = time.monotonic()
         self.startup: dict[str, float] | None = None
         self.active = False
         self.engine = None
         self.final_states: dict[int, dict | None] | None = None
         self.restore_states: dict[int, dict | None] = {}
-        if pipeline._pending_restore is not None:
-            from zephon.engine.checkpoint_view import view_of
+        if pending is not None:
+            from zephon.engine.plan.checkpoint_view import view_of
             from zephon.state.checkpoint import lane_states
 
-            self.restore_states = lane_states(pipeline._pending_restore,
-                                              view_of(pipeline, self.topology))
+            self.restore_states = lane_states(pending, view_of(self.spec, self.topology))
 
     def lane_plan(self) -> LanePlan:
         topo = self.topology
         restore = {lane: st for lane, st in self.restore_states.items()
                    if st is not None and lane in topo.owned_lanes}
-        extra = {"prefetch": self.pipeline._prefetch} if self.pipeline._prefetch else {}
-        source = engine_source(self.pipeline.work_source,
-                               self.pipeline._options.get("mixture_config"), restore)
+        extra = {"prefetch": dict(self.spec.prefetch)} if self.spec.prefetch else {}
+        source = engine_source(self.spec.work_source, self.spec.options.get("mixture_config"),
+                               restore)
         return LanePlan(self.plan, source, topo.owned_lanes,
                         topo.canonical_replicas, self.micro, restore or None, extra)
 
     def _plan_memory(self, kind: str, workers: int):
         """Size slots and caches to ``memory_budget`` (when set) for this engine; the fetch
         operator's datasets carry the row-group cache size to the processes that decode."""
-        from zephon.engine.memory import SizedOptions, plan_memory
+        from zephon.engine.plan.memory import SizedOptions, plan_memory
         from zephon.io.options import StoreOptions, resolve_store
 
-        base = self.pipeline._options
+        base = self.spec.options
         io = base.explicit.get("io_options")
         store = StoreOptions.coerce(io)
         rg_fixed = ("limit_bytes" in store.parquet_rg_cache._given
@@ -118,48 +100,48 @@ class Session:
                            self.micro, resolve_store(io).rg_cache_bytes, rg_fixed)
         self.options = SizedOptions(base, plan.sized) if plan.sized else base
         rg = plan.sized.get("rg_cache_bytes")
-        fetch = self.plan.worker_ops[0] if self.plan.worker_ops else None
-        if rg is not None and hasattr(fetch, "datasets"):
+        if rg is not None:  # the run's fetch reads through datasets with that cache size
             limit = {"parquet_rg_cache": {"limit_bytes": int(rg)}}
-            fetch.datasets = [ds.with_store_options(StoreOptions.coerce(
-                getattr(ds, "_store_options", None)).merged(limit))
-                if hasattr(ds, "with_store_options") else ds for ds in fetch.datasets]
+            fetch = self.spec.fetch
+            self.spec = self.spec.with_fetch(fetch.with_datasets(
+                [ds.with_store_options(StoreOptions.coerce(
+                    getattr(ds, "_store_options", None)).merged(limit))
+                 if hasattr(ds, "with_store_options") else ds for ds in fetch.datasets]))
+            self.plan = compile_plan(self.spec.all_ops)
         return plan
 
     def _make_engine(self):
-        if self.kind == "ray":  # imports Ray: only when chosen
-            from zephon.engine.ray_runner import RayEngine
-
-            return RayEngine(self.lane_plan(), self.pipeline._options)
-        if self.kind == "inline" or self.workers == 0:
-            from zephon.engine.inline import InlineEngine
-
-            return InlineEngine(self.lane_plan())
-        from zephon.engine.process import ProcessEngine
-
-        return ProcessEngine(self.lane_plan(), self.workers, self.options, runner=self.kind)
+        # the Ray runner reads the options as given; the others as the memory plan sized them
+        options = self.spec.options if self.kind == "ray" else self.options
+        engine = make_engine(self.kind, self.workers, self.lane_plan(), options)
+        # the factory runs a process engine inline where no process may start (a daemonic
+        # process): report what runs
+        if engine.kind != self.kind:
+            self.kind, self.workers = engine.kind, 0
+        return engine
 
     def _observer(self):
-        from zephon.engine import mixture_check
-        from zephon.engine.observe import Observer
+        from zephon.engine.observe import mixture_check
+        from zephon.engine.observe.observer import Observer
 
-        ws = self.pipeline.work_source
+        ws = self.spec.work_source
         names = list(ws.component_ids())
         weights = dict(getattr(getattr(ws, "mixture", None), "weights", {}) or {})
-        progress = bool(self.pipeline._options.get("progress"))
+        progress = bool(self.spec.options.get("progress"))
         obs = Observer(names, weights, progress)
-        obs.mixture = mixture_check.build(self.pipeline, names, obs, self._gather_counters)
+        obs.mixture = mixture_check.build(self.spec, names, obs, self._gather_counters)
         return obs
 
     def __iter__(self) -> Iterator[Any]:
         from zephon.arrow_memory import use_decode_pool
-        from zephon.engine import metrics
+        from zephon.engine.observe import metrics
 
         use_decode_pool()  # the inline engine decodes in this process (see arrow_memory.py)
         self.active = True
         self.engine = self._make_engine()
         self.times["engine_started"] = time.monotonic()
-        self.pipeline._pending_restore = None
+        if self.on_started is not None:
+            self.on_started()
         self.observer = obs = self._observer()
         sink = self._sink()
         it = iter(self.engine)
@@ -222,7 +204,7 @@ class Session:
 
     def _first_unit(self) -> None:
         """Freeze the start-up breakdown: where the time to the first unit went."""
-        from zephon.engine.startup import breakdown
+        from zephon.engine.observe.startup import breakdown
 
         self._gather_counters()  # the coordinator's and workers' marks ride with their counts
         self.startup = breakdown(self.times, self.observer.registry.marks)
@@ -235,12 +217,11 @@ class Session:
         obs.merge_local()
 
     def _sink(self):
-        conf = self.pipeline._observability
-        if not conf or conf.get("tracking") == "off" or conf.get("sink") is None:
+        sink = self.spec.sink
+        if self.spec.tracking == "off" or sink is None:
             return None
         from zephon.observability import MetricsSink, MetricsSinkConfig
 
-        sink = conf["sink"]
         return MetricsSink(sink if isinstance(sink, MetricsSinkConfig) else MetricsSinkConfig(**sink))
 
     def metrics_snapshot(self) -> dict | None:
@@ -252,7 +233,7 @@ class Session:
         if held:  # the process engine's counts arrive with its frames instead
             obs.held = held
         self._gather_counters()
-        from zephon.engine.memory import tree_pss
+        from zephon.engine.plan.memory import tree_pss
 
         extra: dict[str, Any] = {"engine": self.kind, "workers": self.workers,
                                  "startup": self.startup, "priming": self.priming,
@@ -278,9 +259,9 @@ class Session:
             return None
         if self.active:
             self._gather_counters()
-        names = "->".join(op.op_name for op in self.pipeline._all_ops())
+        names = "->".join(op.op_name for op in self.spec.all_ops)
         plan_id = hashlib.sha256(names.encode()).hexdigest()[:12]
-        sink = (self.pipeline._observability or {}).get("sink")
+        sink = self.spec.sink
         interval = float(getattr(sink, "flush_interval_s", None)
                          or (sink or {}).get("flush_interval_s", 0.0) if sink else 0.0)
         build = timing_stats.fetch_summary if kind == "fetch" else timing_stats.prefetch_summary
@@ -302,22 +283,22 @@ class Session:
         self.active = False
 
 
-def checkpoint_of(pipeline) -> dict:
-    """The checkpoint at the delivered position (or the pending restore, or the start)."""
-    from zephon.engine.checkpoint_view import view_of
-    from zephon.engine.priming import prime
-    from zephon.engine.topology import resolve_topology
+def checkpoint_of(spec: PipelineSpec, runtime: Session | None,
+                  gather_round: int) -> tuple[dict, Any]:
+    """(the checkpoint at the delivered position of ``runtime``, or at the start; the work
+    source it was taken with, primed). ``gather_round`` numbers the collective checkpoints a
+    multi-rank run takes, so ranks gather the same one."""
+    from zephon.engine.plan.checkpoint_view import view_of
+    from zephon.engine.priming.token_ratios import prime
     from zephon.state import checkpoint
     from zephon.state.gather import gather
 
-    if pipeline._pending_restore is not None:
-        return pipeline._pending_restore
-    prime(pipeline)
-    topo = resolve_topology(pipeline._options)
-    if pipeline._runtime is None:
+    source, _ = prime(spec)
+    spec = spec.with_work_source(source)
+    topo = resolve_topology(spec.options)
+    if runtime is None:
         states = {lane: None for lane in topo.owned_lanes}
     else:
-        states = pipeline._runtime.lane_states()
-    local = checkpoint.build(view_of(pipeline, topo), states)
-    pipeline._checkpoint_round = getattr(pipeline, "_checkpoint_round", 0) + 1
-    return gather(local, pipeline._options, topo, pipeline._checkpoint_round)
+        states = runtime.lane_states()
+    local = checkpoint.build(view_of(spec, topo), states)
+    return gather(local, spec.options, topo, gather_round), source

@@ -9,11 +9,13 @@ as inline and as with processes. An operator's exception is re-raised with its o
 from __future__ import annotations
 
 import concurrent.futures as cf
+from collections.abc import Iterator
 
 from zephon.engine.config import EngineConfig
-from zephon.engine.coordinator import Failure, LaneScheduler
-from zephon.engine.lane import apply_ops, round_robin_states
-from zephon.engine.lane_plan import LanePlan
+from zephon.engine.failures import Failure
+from zephon.engine.lanes.lane import apply_ops, delivered_units, round_robin_states
+from zephon.engine.lanes.lane_plan import LanePlan
+from zephon.engine.scheduler import LaneScheduler
 from zephon.ops.base import OpContext, StageInfo
 
 
@@ -38,8 +40,12 @@ class ThreadScheduler(LaneScheduler):
             self.complete(seq, f.result() if error is None else Failure(error))
 
 
-class ThreadsBackend:
+class ThreadsEngine:
+    kind = "threads"  # what the session reports as running
+
     def __init__(self, lane_plan: LanePlan, cfg: EngineConfig) -> None:
+        self.config = cfg
+        self.last_states: dict[int, dict | None] = {}
         ctx = OpContext(StageInfo(0, "threads", 0), worker_id=0, runner="threads",
                         num_workers=cfg.workers)
         for op in lane_plan.plan.ops:  # one process: one setup, shared by the threads
@@ -49,12 +55,15 @@ class ThreadsBackend:
         self.runners = [lane_plan.runner(lane, self.scheduler.prepared(lane), ctx)
                         for lane in lane_plan.lanes]
 
-    def items(self):
-        return round_robin_states(self.runners)
+    def __iter__(self) -> Iterator:
+        return delivered_units(round_robin_states(self.runners), self.last_states)
+
+    def lane_states(self) -> dict[int, dict | None]:
+        return dict(self.last_states)
 
     def pids(self) -> list[int]:
         return []
 
-    def close(self, fast: bool = False) -> None:
+    def close(self) -> None:
         # running blocks finish in the background; queued ones are dropped
         self.pool.shutdown(wait=False, cancel_futures=True)

@@ -146,7 +146,7 @@ class DatasetShards:
 
     def token_estimates(self) -> dict[str, Any]:
         """Token figures that ``build-index --tokenizer`` stored in index.json, by key (see
-        ``zephon/engine/priming.py``); empty for a dataset without an index."""
+        ``zephon/engine/priming/token_ratios.py``); empty for a dataset without an index."""
         if self._location is None or self._catalog is None or not self._catalog.from_index:
             return {}
         doc = read_index(self._location, self._name)

@@ -6,7 +6,7 @@ into the current thread's group what it did on the way: finding an open reader (
 or opening one (a miss; the open time, and the part of it spent making a remote shard local,
 "resolve"), closing readers pushed out of the open-reader cache, retries of transient errors.
 Reading is the rest of the group's time. Counts are kept per process (``LOCAL``) and travel
-with the operator counters (``engine/metrics.py``), like ``accounting``.
+with the operator counters (``engine/observe/metrics.py``), like ``accounting``.
 
 Prefetch counters (``prefetch()``): pointer blocks and samples looked ahead over, shard warm
 requests and how they ended.

@@ -28,7 +28,8 @@ class DecodeTextOp(StatelessOp):
         self.parallelism = parallelism
 
     def traits(self) -> OpTraits:
-        return OpTraits(preserves_cursor_order=True, parallelism=self.parallelism or 2)
+        return OpTraits(preserves_cursor_order=True, parallelism=self.parallelism or 2,
+                        record_by_record=True, cost="decode")
 
     def fingerprint(self) -> dict:
         return settings(self, ("fields", "encoding", "errors", "normalize_newlines",

@@ -2,7 +2,7 @@
 MixtureBalancer). Components are datasets; weights are token counts or 1 per sample.
 
 ``warn_tolerance`` is honoured by the realised-mixture check of the training process
-(``zephon.engine.mixture_check``), which judges what is delivered, after every later operator;
+(``zephon.engine.observe.mixture_check``), which judges what is delivered, after every later operator;
 strict mode's end-of-stream drops are counted through ``zephon.accounting``."""
 
 from __future__ import annotations

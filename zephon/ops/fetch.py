@@ -6,6 +6,7 @@ here, counted under ``("fetch", "bad_record")``, like records a filter removes."
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import numpy as np
@@ -13,6 +14,7 @@ import pyarrow as pa
 
 from zephon import accounting
 from zephon.block import Block, NotColumnar, take_table
+from zephon.errors import ConfigError
 from zephon.io import fetch_timing
 from zephon.io.formats.bad_records import read_skipping
 from zephon.ops.base import OpTraits, StatelessOp
@@ -32,25 +34,43 @@ class FetchOp(StatelessOp):
     name = "fetch"
 
     def __init__(self, datasets: Sequence, parallelism: int | None = None,
-                 max_batch: int | None = None) -> None:
+                 max_batch: int | None = None, *, timing: bool = False,
+                 restore_order: bool = True) -> None:
         if parallelism is not None and parallelism < 1:
-            raise ValueError(f"fetch parallelism must be >= 1, got {parallelism}")
+            raise ConfigError(f"fetch parallelism must be >= 1, got {parallelism}")
         if max_batch is not None and max_batch < 1:
-            raise ValueError(f"fetch max_batch must be >= 1, got {max_batch}")
+            raise ConfigError(f"fetch max_batch must be >= 1, got {max_batch}")
         self.datasets = list(datasets)
         self.parallelism = parallelism
         self.max_batch = max_batch or DEFAULT_FETCH_BATCH
-        # False: records come out grouped by shard (their meta in step), not in pointer order;
-        # set in worker processes whose results the coordinator puts in order anyway
-        # (engine/ownership.py), which saves a copy of every record
-        self.restore_order = True
-        self.timing = False  # per-shard read timing (enable_observability("nodes"))
+        # False: records come out grouped by shard (their meta in step), not in pointer order:
+        # the stage that worker processes run when the coordinator puts results in order
+        # anyway (engine/process/ownership.py), which saves a copy of every record
+        self.restore_order = restore_order
+        self.timing = timing  # per-shard read timing (enable_observability("nodes"))
 
     def traits(self) -> OpTraits:
-        return OpTraits(preserves_cursor_order=True, parallelism=self.parallelism or 1)
+        return OpTraits(preserves_cursor_order=True, parallelism=self.parallelism or 1,
+                        cost="decode")
 
     def fingerprint(self) -> dict:
-        return settings(self, ("parallelism", "max_batch", "restore_order", "timing"))
+        # ``restore_order`` and ``timing`` change how records travel and what is measured,
+        # never the data
+        return settings(self, ("parallelism", "max_batch"))
+
+    def with_datasets(self, datasets: Sequence) -> FetchOp:
+        """This fetch over other datasets (the same ones with other storage settings)."""
+        return self._copy(datasets=list(datasets))
+
+    def in_shard_order(self) -> FetchOp:
+        """This fetch leaving records grouped by shard (for a stage whose results are put in
+        pointer order after it)."""
+        return self._copy(restore_order=False)
+
+    def _copy(self, **changes) -> FetchOp:
+        out = copy.copy(self)
+        out.__dict__.update(changes)
+        return out
 
     def process_block(self, block: Block) -> Block:
         n = len(block)
@@ -121,7 +141,7 @@ class FetchOp(StatelessOp):
 
     def decode_ahead(self, groups: list[tuple[int, int, int]]) -> None:
         """Row groups, (dataset, shard, row group) each, that this worker process owns and will
-        read (``engine/ownership.py``): start decoding them now. A hint: nothing is raised
+        read (``engine/process/ownership.py``): start decoding them now. A hint: nothing is raised
         here, the read that needs a row group reports what is wrong with it."""
         for d, s, g in groups:
             try:

@@ -28,7 +28,8 @@ class MapTransformOp(StatelessOp):
         self.name = name or f"map_transform[{getattr(fn, '__name__', 'fn')}]"
 
     def traits(self) -> OpTraits:
-        return OpTraits(preserves_cursor_order=True, parallelism=self.parallelism or 1)
+        return OpTraits(preserves_cursor_order=True, parallelism=self.parallelism or 1,
+                        record_by_record=True)
 
     def fingerprint(self) -> dict:
         return settings(self, ("fn", "drop_none", "parallelism", "name"))

@@ -4,7 +4,7 @@ Special tokens (``special_tokens``, default ``"bos_eos"``): every document gets 
 tokenizer has - BOS and EOS, EOS only (GPT-2 style byte-level BPE, whose one
 ``<|endoftext|>`` is declared as both), or BOS only; ``"bos"`` / ``"eos"`` ask for one marker;
 ``"none"`` adds nothing; ``"tokenizer_default"`` lets the tokenizer's own template decide. The
-ids are settled when the pipeline is built (``zephon.ops.special_tokens`` says where they come
+ids are settled when the pipeline is built (``zephon.tokens.special_tokens`` says where they come
 from), so a request the tokenizer cannot honour fails there, naming the fix, never at the first
 batch.
 
@@ -34,11 +34,11 @@ import pyarrow as pa
 from zephon import accounting
 from zephon.block import Block, add_lineage, carry_hidden, list_array
 from zephon.ops.base import OpContext, OpTraits, StatelessOp
-from zephon.ops.special_tokens import brackets
-from zephon.ops.token_layout import bracket, split, truncate
 from zephon.ops.tokenize_input import OK, bad_record_error, read_texts
-from zephon.ops.tokenizer_source import LoadedTokenizer, load
 from zephon.state.fingerprint import settings
+from zephon.tokens.special_tokens import brackets
+from zephon.tokens.token_layout import bracket, split, truncate
+from zephon.tokens.tokenizer_source import LoadedTokenizer, load
 
 _MODES = ("bos_eos", "bos", "eos", "none", "tokenizer_default")
 _NO_PADDING = (False, None, "do_not_pad")
@@ -123,7 +123,8 @@ class TokenizeOp(StatelessOp):
         return state
 
     def traits(self) -> OpTraits:
-        return OpTraits(preserves_cursor_order=True, parallelism=self.parallelism or 1)
+        return OpTraits(preserves_cursor_order=True, parallelism=self.parallelism or 1,
+                        record_by_record=True, cost="tokenize")
 
     def setup(self, ctx: OpContext) -> None:
         super().setup(ctx)

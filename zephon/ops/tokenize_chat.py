@@ -45,7 +45,7 @@ from zephon.chat.conversations import (
 )
 from zephon.chat.template import special_strings, template_for
 from zephon.ops.base import OpContext, OpTraits, StatelessOp
-from zephon.ops.tokenizer_source import LoadedTokenizer, load
+from zephon.tokens.tokenizer_source import LoadedTokenizer, load
 
 SPAN_SOURCES = ("auto", "generation_tags", "prefix_diff")
 # the settings in the fingerprint (template and tokenizer are added by digest)
@@ -170,7 +170,8 @@ class TokenizeChatOp(StatelessOp):
         return conf
 
     def traits(self) -> OpTraits:
-        return OpTraits(preserves_cursor_order=True, parallelism=self.parallelism or 1)
+        return OpTraits(preserves_cursor_order=True, parallelism=self.parallelism or 1,
+                        record_by_record=True, cost="tokenize")
 
     def setup(self, ctx: OpContext) -> None:
         super().setup(ctx)

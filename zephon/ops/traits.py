@@ -11,6 +11,7 @@ It lives under the reference's module path ``zephon.ops.traits``.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Literal
 
 __all__ = ["OpTraits", "declared"]
 
@@ -42,6 +43,13 @@ class OpTraits:
             fetched only as they leave.
         forms_batches: It turns records into ``SampleBatch``es (``batch``): the plan notes
             that the stream is batched, and a restore may change its micro-batch size.
+        record_by_record: Each output record is made from one input record alone, whatever
+            the others in the block and their order: the worker stage may hand it records in
+            shard order and leave putting them in pointer order to the coordinator.
+        cost: What a record costs it, for choosing a runner and sizing memory: ``"python"``
+            (Python per record, holding the GIL: the default), ``"decode"`` (reading and
+            decoding in Arrow or the kernels, without the GIL) or ``"tokenize"`` (a tokenizer:
+            records grow by their token ids).
     """
 
     preserves_cursor_order: bool
@@ -52,17 +60,20 @@ class OpTraits:
     stall_on_epoch_boundary: bool = False
     # True promises that running the operator on one record at a time, with no accumulator,
     # gives the same payloads and record counts as a real run (order may differ): token-aware
-    # priming may then replay it between fetch and tokenize (engine/priming.py)
+    # priming may then replay it between fetch and tokenize (engine/priming/token_ratios.py)
     calibration_replayable: bool = False
     # -- plan-time facts (built-in operators and the user-operator adapters) ----------------------
     combines_records: bool = False
     restores_lazily: bool = False
     forms_batches: bool = False
+    record_by_record: bool = False
+    cost: Literal["python", "decode", "tokenize"] = "python"
 
 
 # the facts a user operator does not declare: left out of its fingerprint, which describes what
 # it declares (so checkpoints taken before these existed still match)
-_PLAN_FIELDS = ("combines_records", "restores_lazily", "forms_batches")
+_PLAN_FIELDS = ("combines_records", "restores_lazily", "forms_batches", "record_by_record",
+                "cost")
 
 
 def declared(traits: OpTraits) -> dict:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from zephon.block import Block
-from zephon.ops.errors import ZephonError
+from zephon.ops.errors import SAYS_WHERE
 from zephon.ops.map_transform import UserFunctionError
 from zephon.types import SampleBatch, SampleRecord, block_from_records, records_from_block
 
@@ -45,7 +45,7 @@ def call_user(op_name: str, fn: Callable[..., Any], args: tuple, elems: Sequence
     fresh copies: the group is re-run one element at a time to find the record at fault."""
     try:
         return fn(*args)
-    except (ZephonError, KeyboardInterrupt, GeneratorExit):
+    except (*SAYS_WHERE, KeyboardInterrupt, GeneratorExit):
         raise
     except Exception as e:
         if single is not None and len(elems) > 1:

@@ -67,7 +67,7 @@ USER_RECIPE = obj({"k": cs.literal_schema(["g", "p", "pf", "f"]), "i": COUNT,
 REFS = obj({"chunk_id": ND, "chunk_offset": ND, "lineage": ND},
            {"recipe": lst(cs.union_schema([cs.str_schema(strict=True), lst(cs.any_schema())])),
             "padding_length": ND})
-# where a streaming user WorkSource resumes (zephon/engine/chunk_source.py); its own state is
+# where a streaming user WorkSource resumes (zephon/engine/lanes/chunk_source.py); its own state is
 # its own to check (load_state_dict)
 SOURCE_POINT = obj({"chunk": COUNT, "state": cs.any_schema()})
 LANE = obj({"base": obj({"position": lst(COUNT, 2, 2),

@@ -14,7 +14,7 @@ stateful push, a push followed by a flush, a flush), ``i`` the index among the o
 ``inner`` the recipe of an input that an upstream combining operator built itself (null
 otherwise), so combining operators can be chained. The engine calls the operator's
 ``recipe_inputs`` / ``rebuild_rows`` (``zephon.state.restore``) with these. Whether rows need
-recipes at all is the plan's decision (``zephon.engine.plan``), handed to each lane.
+recipes at all is the plan's decision (``zephon.engine.plan.stages``), handed to each lane.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What the checkpoint code knows of a pipeline: handed to it, never read from ``Pipeline``.
 
-The engine builds a ``PipelineView`` (``zephon.engine.checkpoint_view``) from a pipeline and its
+The engine builds a ``PipelineView`` (``zephon.engine.plan.checkpoint_view``) from a pipeline and its
 compiled plan; everything in ``zephon.state`` takes it as an argument, so the state package
 needs nothing above it (no engine, no builder).
 """

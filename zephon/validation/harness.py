@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from zephon.errors import ValidationError
 from zephon.ops.add_op import UserOp
 from zephon.ops.batch import BatchOp
 from zephon.types import SampleBatch, SampleMeta, SampleRecord
@@ -80,23 +81,19 @@ class ValidationReport:
         return "\n".join(lines)
 
 
-class ValidationError(RuntimeError):
-    """A user operator failed validation; ``.report`` has the details."""
-
-    def __init__(self, report: ValidationReport) -> None:
-        self.report = report
-        super().__init__(report.format())
-
-
 class ValidationWarning(UserWarning):
     pass
 
 
 def validate_pipeline(pipeline: Any, *, strict: bool = False) -> ValidationReport:
-    """Probe every ``add_op`` operator of ``pipeline``; raise when ``strict`` and it has errors."""
+    """Probe every ``add_op`` operator of ``pipeline`` (a ``Pipeline``, or the ``PipelineSpec``
+    it hands the engine); raise when ``strict`` and it has errors."""
+    ops = getattr(pipeline, "ops", None)
+    if ops is None:  # a Pipeline: it validates the spec it runs
+        return pipeline.validate(strict=strict)
     report = ValidationReport()
     seen_batch = False
-    for op in pipeline._ops:
+    for op in ops:
         if isinstance(op, BatchOp):
             seen_batch = True
         if isinstance(op, UserOp) and op.auto_validate:
@@ -106,12 +103,13 @@ def validate_pipeline(pipeline: Any, *, strict: bool = False) -> ValidationRepor
     return report
 
 
-def auto_validate(pipeline: Any) -> None:
-    """The first-iteration hook: ``auto_validation`` strict (warn, raise on errors) | warn | off."""
-    mode = pipeline._options.get("auto_validation")
-    if mode == "off" or not any(isinstance(o, UserOp) and o.auto_validate for o in pipeline._ops):
+def auto_validate(spec: Any) -> None:
+    """The first-iteration hook (``spec``, the ``PipelineSpec`` about to run):
+    ``auto_validation`` strict (warn, raise on errors) | warn | off."""
+    mode = spec.options.get("auto_validation")
+    if mode == "off" or not any(isinstance(o, UserOp) and o.auto_validate for o in spec.ops):
         return
-    report = validate_pipeline(pipeline)
+    report = validate_pipeline(spec)
     if report.issues:
         warnings.warn(report.format(), ValidationWarning, stacklevel=3)
     if mode == "strict" and not report.ok:

@@ -246,7 +246,7 @@ class ParquetShardReader:
     def decode_ahead(self, group: int) -> None:
         """Decode row group ``group`` (all columns: that serves any projection) into the
         cache on the read-ahead thread, unless it is there or on its way. Not a guess: asked
-        for where guesses are off (``engine/ownership.py``); a row group of this pass already
+        for where guesses are off (``engine/process/ownership.py``); a row group of this pass already
         passed by means a new pass."""
         if not self._local or self._cache is None or not 0 <= group < len(self.rg_starts) - 1:
             return

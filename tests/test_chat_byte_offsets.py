@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tests.chat_support import SPECIALS, WORDS, conversations, train_chat_tokenizer
 from zephon.block import Block
-from zephon.chat.spans import encode_masked
+from zephon.chat.spans import _encode_by_bytes, encode_masked
 from zephon.ops.tokenizer_source import LoadedTokenizer, load
 from zephon.tokens.byte_offsets import byte_lengths
 
@@ -79,9 +79,30 @@ def test_byte_masks_equal_offset_masks(case, strict):
     tok = _loaded()
     flags = np.asarray(strict[:len(texts)])
     by_offsets = encode_masked(tok, texts, spans, flags)
-    by_bytes = encode_masked(tok, texts, spans, flags, _lengths(tok))
+    by_bytes = _encode_by_bytes(tok, _lengths(tok), texts, spans, flags)
+    assert by_bytes is not None  # sorted spans, a byte-exact tokenizer: never the offsets path
     for a, b in zip(by_offsets, by_bytes):
         assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_split_then_byte_level_pre_tokenizer_is_byte_exact_too():
+    """Llama 3 / Qwen style: a regex split before a ByteLevel without its own regex."""
+    from tokenizers import Regex, pre_tokenizers
+
+    t = train_chat_tokenizer()
+    t.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(r"\p{N}{1,3}| ?\p{L}+|\s+(?!\S)|\s+|[^\s\p{L}\p{N}]+"),
+                             behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok = load(t)
+    assert _lengths(tok) is not None
+    texts = [" ".join(WORDS) + "<|im_end|>\n12345 x", "naïve\n\n  café<|im_start|>日本語"]
+    spans = [[(3, 20), (40, 41)], [(0, 0), (2, 9), (12, 25)]]
+    flags = np.array([True, True])
+    by_bytes = _encode_by_bytes(tok, _lengths(tok), texts, spans, flags)
+    assert by_bytes is not None
+    for a, b in zip(encode_masked(tok, texts, spans, flags), by_bytes):
         np.testing.assert_array_equal(a, b)
 
 

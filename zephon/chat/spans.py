@@ -11,11 +11,14 @@ span starts and ends on a token boundary of the whole encoding; a conversation t
 either is ``Unmaskable`` - never given a mask that could be wrong.
 
 A token is in the mask when its characters overlap a span (``token_start < span_end`` and
-``token_end > span_start``), the rule of transformers' ``return_assistant_tokens_mask``. The
-token range of a span is found with the encoding's ``char_to_token`` at the span's two ends
-(a few calls per span, not per token); where a span end falls on characters no token covers
-(trimmed offsets) or a span is empty, the conversation's offsets are read whole and the rule is
-applied with ``searchsorted``. Masks are laid out with one cumulative sum over the block.
+``token_end > span_start``), the rule of transformers' ``return_assistant_tokens_mask``. For a
+byte-exact tokenizer (``zephon.tokens.byte_offsets``) no offsets are asked: the ids come from
+its fastest call, every token's byte range from a per-id table and one cumulative sum, and a
+span's token range from two ``searchsorted`` over the block. Otherwise the token range of a
+span is found with the encoding's ``char_to_token`` at the span's two ends (a few calls per
+span, not per token); where a span end falls on characters no token covers (trimmed offsets)
+or a span is empty, the conversation's offsets are read whole and the rule is applied with
+``searchsorted``. Masks are laid out with one cumulative sum over the block.
 """
 
 from __future__ import annotations
@@ -136,8 +139,9 @@ def _ranges_mask(total: int, starts: list[int], ends: list[int]) -> np.ndarray:
 
 def _byte_spans(texts: list[str], spans: list[list[tuple[int, int]]], base: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(starts, ends, text) of every span as a range of bytes of the block's texts laid end to
-    end (``base``: where each text's bytes begin); a few string operations per span."""
+    """(starts, ends, owner) of every span: its range of bytes of the block's texts laid end
+    to end (``base``: where each text's bytes begin) and its text; a few string operations per
+    span."""
     starts: list[int] = []
     ends: list[int] = []
     owners: list[int] = []
@@ -180,17 +184,17 @@ def _encode_by_bytes(tokenizer: Any, lengths: ByteLengths, texts: list[str],
     offsets, ids = tokenizer.encode(texts)
     nbytes = lengths.of(ids)
     tok_ends = np.cumsum(nbytes)
-    at = np.concatenate(([0], tok_ends))[offsets]  # where each text's bytes begin
+    text_at = np.concatenate(([0], tok_ends))[offsets]  # where each text's bytes begin
     sizes = np.fromiter((len(t) if t.isascii() else len(t.encode("utf-8")) for t in texts),
                         dtype=np.int64, count=len(texts))
-    if (nbytes <= 0).any() or not np.array_equal(np.diff(at), sizes):
-        return None
-    starts, ends, owners = _byte_spans(texts, spans, at)
+    if (nbytes <= 0).any() or not np.array_equal(np.diff(text_at), sizes):
+        return None  # an id the table does not know, or tokens that are not the text's bytes
+    starts, ends, owners = _byte_spans(texts, spans, text_at)
     misaligned = np.zeros(len(texts), dtype=bool)
     if not len(starts) or not len(ids):
         return offsets, ids, np.zeros(len(ids), dtype=np.int8), misaligned
     if (ends < starts).any() or (starts[1:] < ends[:-1]).any():
-        return None  # spans out of order: the per-conversation path handles them
+        return None  # spans out of order: the offsets path reads them one conversation at a time
     first, end, partial = _span_tokens(tok_ends, nbytes, starts, ends)
     if partial.any():
         misaligned[owners[partial]] = True

@@ -22,6 +22,7 @@ from zephon.io.errors import DataError
 ROLES = ("system", "developer", "user", "assistant", "tool", "function", "ipython")
 _ROLE_SET = frozenset(ROLES)
 _REASONING = ("reasoning_content", "thinking", "reasoning")
+_REASONING_SET = frozenset(_REASONING)
 ABSENT = object()
 
 
@@ -67,7 +68,8 @@ def checked(conversation: Any, field: str) -> tuple[list[dict] | None, str]:
     for i, message in enumerate(conversation):
         if not isinstance(message, dict):
             return None, f"message {i} is a {_kind(message)}, not an object with role and content"
-        message = {k: v for k, v in message.items() if v is not None}
+        if any(v is None for v in message.values()):  # copied only when there are nulls
+            message = {k: v for k, v in message.items() if v is not None}
         role = message.get("role")
         if role is None:
             return None, f"message {i} has no role"
@@ -80,7 +82,8 @@ def checked(conversation: Any, field: str) -> tuple[list[dict] | None, str]:
         elif not isinstance(content, str):
             return None, (f"message {i} ({role}) holds {_kind(content)} content, not text "
                           "(join multi-part content into one string with a map_transform)")
-        reasoning = next((message[k] for k in _REASONING if k in message), None)
+        reasoning = None if _REASONING_SET.isdisjoint(message) else \
+            next((message[k] for k in _REASONING if k in message), None)
         if reasoning is not None:
             message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
         out.append(message)

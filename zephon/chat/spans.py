@@ -11,11 +11,14 @@ span starts and ends on a token boundary of the whole encoding; a conversation t
 either is ``Unmaskable`` - never given a mask that could be wrong.
 
 A token is in the mask when its characters overlap a span (``token_start < span_end`` and
-``token_end > span_start``), the rule of transformers' ``return_assistant_tokens_mask``. The
-token range of a span is found with the encoding's ``char_to_token`` at the span's two ends
-(a few calls per span, not per token); where a span end falls on characters no token covers
-(trimmed offsets) or a span is empty, the conversation's offsets are read whole and the rule is
-applied with ``searchsorted``. Masks are laid out with one cumulative sum over the block.
+``token_end > span_start``), the rule of transformers' ``return_assistant_tokens_mask``. For a
+byte-exact tokenizer (``zephon.tokens.byte_offsets``) no offsets are asked: the ids come from
+its fastest call, every token's byte range from a per-id table and one cumulative sum, and a
+span's token range from two ``searchsorted`` over the block. Otherwise the token range of a
+span is found with the encoding's ``char_to_token`` at the span's two ends (a few calls per
+span, not per token); where a span end falls on characters no token covers (trimmed offsets)
+or a span is empty, the conversation's offsets are read whole and the rule is applied with
+``searchsorted``. Masks are laid out with one cumulative sum over the block.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from zephon.chat.template import ChatTemplate, TemplateRefused
+from zephon.tokens.byte_offsets import ByteLengths
 
 SCOPES = ("all_assistant", "last_span", "after_last_user")
 
@@ -133,12 +137,85 @@ def _ranges_mask(total: int, starts: list[int], ends: list[int]) -> np.ndarray:
     return np.cumsum(delta[:-1]) > 0
 
 
+def _byte_spans(texts: list[str], spans: list[list[tuple[int, int]]], base: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(starts, ends, owner) of every span: its range of bytes of the block's texts laid end
+    to end (``base``: where each text's bytes begin) and its text; a few string operations per
+    span."""
+    starts: list[int] = []
+    ends: list[int] = []
+    owners: list[int] = []
+    for c, sp in enumerate(spans):
+        if not sp:
+            continue
+        b, text = int(base[c]), texts[c]
+        if text.isascii():
+            starts.extend(b + s for s, _ in sp)
+            ends.extend(b + t for _, t in sp)
+        else:
+            starts.extend(b + len(text[:s].encode("utf-8")) for s, _ in sp)
+            ends.extend(b + len(text[:t].encode("utf-8")) for _, t in sp)
+        owners.extend([c] * len(sp))
+    return (np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64),
+            np.asarray(owners, dtype=np.int64))
+
+
+def _span_tokens(tok_ends: np.ndarray, nbytes: np.ndarray, starts: np.ndarray,
+                 ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For spans given in the tokens' coordinate: (first token, end token, partial), the
+    [first, end) range of tokens overlapping each span (``token_start < span_end`` and
+    ``token_end > span_start``; an empty span keeps a token straddling it) and whether a token
+    of it sticks out of the span. Searches per span, not per token."""
+    first = np.searchsorted(tok_ends, starts, side="right")  # first token ending after start
+    tok_starts = tok_ends - nbytes
+    end = np.searchsorted(tok_starts, ends, side="left")  # tokens starting before the end
+    some = first < end
+    last = np.maximum(end - 1, 0)
+    at = np.minimum(first, len(tok_ends) - 1)
+    partial = some & ((tok_starts[at] < starts) | (tok_ends[last] > ends))
+    return first, end, partial
+
+
+def _encode_by_bytes(tokenizer: Any, lengths: ByteLengths, texts: list[str],
+                     spans: list[list[tuple[int, int]]], strict: np.ndarray) -> tuple | None:
+    """``encode_masked`` without the tokenizer's offsets (``zephon.tokens.byte_offsets``): ids
+    from its fastest call, every token's bytes from the id table, spans found by search. None
+    where a text's tokens do not add up to its bytes (the caller asks offsets)."""
+    offsets, ids = tokenizer.encode(texts)
+    nbytes = lengths.of(ids)
+    tok_ends = np.cumsum(nbytes)
+    text_at = np.concatenate(([0], tok_ends))[offsets]  # where each text's bytes begin
+    sizes = np.fromiter((len(t) if t.isascii() else len(t.encode("utf-8")) for t in texts),
+                        dtype=np.int64, count=len(texts))
+    if (nbytes <= 0).any() or not np.array_equal(np.diff(text_at), sizes):
+        return None  # an id the table does not know, or tokens that are not the text's bytes
+    starts, ends, owners = _byte_spans(texts, spans, text_at)
+    misaligned = np.zeros(len(texts), dtype=bool)
+    if not len(starts) or not len(ids):
+        return offsets, ids, np.zeros(len(ids), dtype=np.int8), misaligned
+    if (ends < starts).any() or (starts[1:] < ends[:-1]).any():
+        return None  # spans out of order: the offsets path reads them one conversation at a time
+    first, end, partial = _span_tokens(tok_ends, nbytes, starts, ends)
+    if partial.any():
+        misaligned[owners[partial]] = True
+        misaligned &= strict
+    some = first < end
+    return offsets, ids, _ranges_mask(len(ids), first[some], end[some]).astype(np.int8), \
+        misaligned
+
+
 def encode_masked(tokenizer: Any, texts: list[str], spans: list[list[tuple[int, int]]],
-                  strict: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                  strict: np.ndarray, lengths: ByteLengths | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(offsets, ids, int8 mask, misaligned): every text encoded without added specials, the
     mask over the tokens of its spans; ``misaligned[c]`` where ``strict[c]`` asks that spans
-    begin and end on token boundaries and one does not."""
+    begin and end on token boundaries and one does not. ``lengths``: the tokenizer's token
+    byte lengths, where it is byte-exact (the mask then needs no offsets)."""
     backend = tokenizer.backend
+    if lengths is not None and backend is not None:
+        done = _encode_by_bytes(tokenizer, lengths, texts, spans, strict)
+        if done is not None:
+            return done
     misaligned = np.zeros(len(texts), dtype=bool)
     if backend is None:  # the byte-level fallback tokenizer: a token is a byte
         offsets, ids = tokenizer.encode(texts)

@@ -142,6 +142,12 @@ def has_generation_tags(source: str) -> bool:
     return bool(_TAGGED.search(source))
 
 
+# asked once per conversation: a search of the whole template each time cost as much as a
+# tenth of its rendering
+_tagged = lru_cache(maxsize=64)(has_generation_tags)
+_instant = lru_cache(maxsize=8)(datetime.fromisoformat)
+
+
 class ChatTemplate:
     """A tokenizer's chat template(s) and the variables every rendering gets. Picklable (the
     compiled form is cached per process)."""
@@ -172,13 +178,13 @@ class ChatTemplate:
                          "none is 'default': pass chat_template= with the name of one")
 
     def tagged(self, has_tools: bool = False) -> bool:
-        return has_generation_tags(self.source(has_tools))
+        return _tagged(self.source(has_tools))
 
     def render(self, messages: list, *, tools: Any = None, add_generation_prompt: bool = False,
                extra: dict[str, Any] | None = None) -> tuple[str, list[tuple[int, int]]]:
         """(text, generation spans as [start, end) character ranges of the text)."""
         template = _compiled(self.source(bool(tools)))
-        now = datetime.fromisoformat(self.now)
+        now = _instant(self.now)
         variables = {**self.variables, **(extra or {})}
         calls = [0]
         token = _CALLS.set(calls)

@@ -45,6 +45,7 @@ from zephon.chat.conversations import (
 )
 from zephon.chat.template import special_strings, template_for
 from zephon.ops.base import OpContext, OpTraits, StatelessOp
+from zephon.tokens.byte_offsets import ByteLengths, byte_lengths
 from zephon.tokens.tokenizer_source import LoadedTokenizer, load
 
 SPAN_SOURCES = ("auto", "generation_tags", "prefix_diff")
@@ -94,6 +95,8 @@ class TokenizeChatOp(StatelessOp):
         loaded = load(tokenizer, tokenizer_id)
         self.spec = loaded.spec
         self._tok: LoadedTokenizer | None = loaded
+        # token byte lengths, found once per process (False: not looked for yet)
+        self._lengths: ByteLengths | None | bool = False
         self.field = field
         self.max_length = max_length
         self.apply_chat_template = bool(apply_chat_template)
@@ -150,6 +153,7 @@ class TokenizeChatOp(StatelessOp):
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_tok"] = None  # workers load their own copy
+        state["_lengths"] = False
         return state
 
     def fingerprint(self) -> dict:
@@ -181,6 +185,15 @@ class TokenizeChatOp(StatelessOp):
         if self._tok is None:
             self._tok = LoadedTokenizer(self.spec)
         return self._tok
+
+    def byte_lengths(self) -> ByteLengths | None:
+        """The tokenizer's token byte lengths where its tokens cover the text's bytes exactly
+        (masks then come without offsets, from its fastest call), else None."""
+        if self._lengths is False:
+            tok = self.tokenizer()
+            self._lengths = None if tok.backend is None else byte_lengths(tok.backend,
+                                                                          self.spec.payload)
+        return self._lengths
 
     def text_bytes(self, block: Block) -> np.ndarray:
         """UTF-8 bytes of every record's message contents (priming leans on them)."""
@@ -268,7 +281,7 @@ class TokenizeChatOp(StatelessOp):
             offsets, ids, mask = encode_pieces(tok, flat, sup, counts)
             return offsets, ids, mask, np.zeros(len(texts), dtype=bool)
         strict = np.fromiter((s[1] for s in spans), dtype=bool, count=len(spans))
-        return encode_masked(tok, texts, [s[0] for s in spans], strict)
+        return encode_masked(tok, texts, [s[0] for s in spans], strict, self.byte_lengths())
 
     def process_block(self, block: Block) -> Block:
         texts, spans, problems, reasons = self._rendered(block)

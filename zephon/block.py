@@ -274,6 +274,29 @@ def carry_hidden(src: Block, out: Block) -> Block:
     return out.with_table(table)
 
 
+def with_columns(src: Block, cols: dict[str, pa.Array], keep_payload: bool) -> Block:
+    """``src``'s rows with ``cols`` (one value per row each), as an operator that adds fields
+    (tokenize, tokenize_chat) emits them: beside the payload's other fields when
+    ``keep_payload`` (a column of the same name replaced; dict payloads updated), else alone
+    with ``src``'s hidden columns."""
+    if keep_payload and src.columnar:
+        table = src.payload
+        for name, col in cols.items():
+            if name in table.column_names:
+                table = table.set_column(table.column_names.index(name), name, col)
+            else:
+                table = table.append_column(name, col)
+        return Block(src.meta, table, src.lineage, src.sparse)
+    if keep_payload:
+        payloads = src.payload_list()
+        rows = {name: col.to_pylist() for name, col in cols.items()}
+        for i, p in enumerate(payloads):
+            if isinstance(p, dict):
+                p.update({name: r[i] for name, r in rows.items()})
+        return src.with_payloads(payloads)
+    return carry_hidden(src, Block(src.meta, pa.table(cols), src.lineage))
+
+
 def _pad_lineage(lineage: np.ndarray, depth: int) -> np.ndarray:
     if lineage.shape[1] == depth:
         return lineage

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from zephon import accounting
-from zephon.block import Block, add_lineage, carry_hidden, list_array
+from zephon.block import Block, add_lineage, list_array, with_columns
 from zephon.ops.base import OpContext, OpTraits, StatelessOp
 from zephon.ops.tokenize_input import OK, bad_record_error, read_texts
 from zephon.state.fingerprint import settings
@@ -194,22 +194,7 @@ class TokenizeOp(StatelessOp):
         cols = {"input_ids": list_array(offsets, values)}
         if self.add_attention_mask:
             cols["attention_mask"] = list_array(offsets, mask_values)
-        if self.preserve_upstream_payload and base.columnar:
-            table = base.payload
-            for name, col in cols.items():
-                if name in table.column_names:
-                    table = table.set_column(table.column_names.index(name), name, col)
-                else:
-                    table = table.append_column(name, col)
-            return Block(base.meta, table, base.lineage, base.sparse)
-        if self.preserve_upstream_payload:
-            payloads = base.payload_list()
-            rows = {name: col.to_pylist() for name, col in cols.items()}
-            for i, p in enumerate(payloads):
-                if isinstance(p, dict):
-                    p.update({name: r[i] for name, r in rows.items()})
-            return base.with_payloads(payloads)
-        return carry_hidden(base, Block(base.meta, pa.table(cols), base.lineage))
+        return with_columns(base, cols, self.preserve_upstream_payload)
 
     def _pads(self) -> bool:
         """Whether rows are padded to max_length (see the module's note on "longest")."""

@@ -30,11 +30,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from zephon import accounting
 from zephon._ext import kernel
-from zephon.block import Block, carry_hidden, list_array
+from zephon.block import Block, list_array, with_columns
 from zephon.chat.conversations import (
     ABSENT,
     bad_conversation,
@@ -343,22 +342,7 @@ class TokenizeChatOp(StatelessOp):
     def _output(self, block: Block, offsets, ids, mask) -> Block:
         cols = {"input_ids": list_array(offsets, ids),
                 self.mask_field_out: list_array(offsets, mask)}
-        if self.preserve_upstream_payload and block.columnar:
-            table = block.payload
-            for name, col in cols.items():
-                if name in table.column_names:
-                    table = table.set_column(table.column_names.index(name), name, col)
-                else:
-                    table = table.append_column(name, col)
-            return Block(block.meta, table, block.lineage, block.sparse)
-        if self.preserve_upstream_payload:
-            payloads = block.payload_list()
-            rows = {name: col.to_pylist() for name, col in cols.items()}
-            for i, p in enumerate(payloads):
-                if isinstance(p, dict):
-                    p.update({name: r[i] for name, r in rows.items()})
-            return block.with_payloads(payloads)
-        return carry_hidden(block, Block(block.meta, pa.table(cols), block.lineage))
+        return with_columns(block, cols, self.preserve_upstream_payload)
 
 
 def _rows(offsets, arrays, starts, lengths) -> tuple:

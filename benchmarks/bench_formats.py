@@ -11,7 +11,8 @@ Streaming's ``StreamingDataset`` in a ``DataLoader``), litData chunks (native: l
 ``to_arrow(batch_size=32)``) and Lance (native: the dataset's scanner, ``to_batches`` with
 ``batch_size=32``); the last two have no loader of their own, so with workers their files /
 fragments are split over the workers of a torch ``DataLoader`` (each worker opens its files
-once and scans them pass after pass) and the Arrow batches are handed to the main process.
+once and scans them pass after pass) and the Arrow batches are handed to the main process;
+Lance's workers start by forkserver, as Lance asks (forked ones hang at times here).
 
 Measured as the main benchmark measures (``zephon/bench/meter.py``, README "How it
 measures"): every system streams pass after pass over the same shards (8 per format, records
@@ -250,8 +251,12 @@ def split_native_stream(kind: str, path: str, workers: int) -> Iterator[int]:
         return
     from torch.utils.data import DataLoader
 
-    # batch_size=None: each Arrow batch goes to the main process as the worker made it
-    for b in DataLoader(_Split(kind, path), batch_size=None, num_workers=workers):
+    # batch_size=None: each Arrow batch goes to the main process as the worker made it. Lance
+    # is not fork-safe (its warning says to use spawn or forkserver): a worker forked from a
+    # process that has read Lance on other threads can hang in its first scan
+    ctx = "forkserver" if kind == "lance" else None
+    for b in DataLoader(_Split(kind, path), batch_size=None, num_workers=workers,
+                        multiprocessing_context=ctx):
         yield b.num_rows
 
 

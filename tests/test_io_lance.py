@@ -168,6 +168,7 @@ def test_reads_give_lances_own_rows_in_the_order_asked(written, rows):
 def test_announced_reads_run_ahead_on_the_read_ahead_threads(written, monkeypatch):
     root, expected = written
     ds = Dataset.from_path("l", root)
+    assert ds.read_table(0, []).num_rows == 0  # opens the reader, which reads its schema
     threads = []
     for name in ("read_range", "take_rows"):
         def spy(self, *args, _read=getattr(lance.file.LanceFileReader, name), **kw):

@@ -126,6 +126,9 @@ class LanceShardReader:
         try:
             self._file = lance.file.LanceFileReader(whole_local_copy(ref, res))
             physical = int(self._file.num_rows())
+            # the schema reads are laid out in (a read of no rows), marked for A.10 values
+            self._schema = mark(self._file.take_rows([]).to_table()
+                                .replace_schema_metadata(None)).schema
         except (OSError, ValueError, RuntimeError) as e:
             raise DataError(f"not a readable Lance data file: {str(e).splitlines()[0]}",
                             dataset=ref.dataset, shard=ref.display) from e
@@ -140,8 +143,6 @@ class LanceShardReader:
         if ref.rows is not None and self.rows != ref.rows:
             raise DataError(f"holds {self.rows} rows, {ref.rows} were counted at discovery",
                             dataset=ref.dataset, shard=ref.display)
-        # the schema reads are laid out in, marked for A.10 values (``payload_values.mark``)
-        self._schema = mark(self._file.metadata().schema.remove_metadata().empty_table()).schema
         # pylance's file reader takes itself mutably for a read ("Already borrowed" from a
         # second thread): the read-ahead thread and the caller's take turns
         self._lock = threading.Lock()

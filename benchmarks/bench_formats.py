@@ -1,38 +1,54 @@
 """Fetch + batch(32) records/s through Zephon against each format's native loader, same shards.
 
     python benchmarks/bench_formats.py [--records 20000] [--repeats 3] [--workers 0,2]
-        [--formats hf,webdataset,mds,litdata,vortex,lance]
+        [--seconds 2] [--formats hf,webdataset,mds,litdata,vortex,lance] [--json out.json]
 
 Formats: Hugging Face ``save_to_disk`` folders (native: ``datasets``' iterable dataset in a
 torch ``DataLoader``, the way ``datasets`` documents multi-worker loading), WebDataset tar
 shards (native: ``webdataset.WebDataset(...).batched(32)`` in a ``WebLoader``), MDS (native:
 Streaming's ``StreamingDataset`` in a ``DataLoader``), litData chunks (native: litData's
-``StreamingDataset`` in its ``StreamingDataLoader``), Vortex files (native: each file's scan in
-batches of 32 rows, Arrow) and Lance (native: the dataset's scanner in batches of 32, Arrow);
-the last two have no loader of their own, so with workers their files / fragments are split
-over the workers of a torch ``DataLoader``. Every system reads
-one full pass over the same shards (8 per format, records of ~2 KB text plus an id and a small
-JSON member), 0 and 2 workers, after one untimed pass of each (imports, page cache, Zephon's
-node cache and member indexes); a pass includes opening the dataset (``Dataset.from_path``,
-``load_from_disk``) and starting workers. Systems alternate within each repeat and the table
-gives medians and Zephon's ratio to the native loader. Zephon's batches are columnar (Arrow), the native
-loaders' lists of dicts (Vortex's and Lance's scans: Arrow batches too): what each hands a
-training loop that batches. Needs the ``test`` extra (``datasets``, ``webdataset``, ``torch``,
-``pylance``, ``vortex-data``) and ``mosaicml-streaming`` / ``litdata`` (see pyproject.toml).
-"""
+``StreamingDataset`` in its ``StreamingDataLoader``), Vortex files (native: each file's scan,
+``to_arrow(batch_size=32)``) and Lance (native: the dataset's scanner, ``to_batches`` with
+``batch_size=32``); the last two have no loader of their own, so with workers their files /
+fragments are split over the workers of a torch ``DataLoader`` (each worker opens its files
+once and scans them pass after pass) and the Arrow batches are handed to the main process;
+Lance's workers start by forkserver, as Lance asks (forked ones hang at times here).
 
+Measured as the main benchmark measures (``zephon/bench/meter.py``, README "How it
+measures"): every system streams pass after pass over the same shards (8 per format, records
+of ~2 KB text plus an id and a small JSON member) - Zephon with ``exhausted_policy="repeat"``,
+the native loaders with their own repeat (``datasets``' ``repeat(None)``, WebDataset's
+``repeat()``, a file/fragment loop for Vortex and Lance) or, for MDS and litData, which have
+none, by iterating their loader again with persistent workers. *first batch* is the time from
+opening the dataset (``Dataset.from_path``, ``load_from_disk``, ...) and starting workers to
+the first batch; *steady* is the records/s over a window after it of ``--seconds`` (twice that
+with workers); *pass* is the records/s of the first whole pass (``--records``) counted from
+opening the dataset, start-up included (a run goes on until it has both). Each cell starts with one short untimed run of each
+system (imports, page cache, Zephon's node cache and member indexes); then the systems
+alternate run by run and the table gives medians and Zephon's ratio to the native loader.
+Zephon's batches are columnar (Arrow), the native loaders' lists of dicts (Vortex's and
+Lance's scans: Arrow batches too): what each hands a training loop that batches. Needs the
+``test`` extra (``datasets``, ``webdataset``, ``torch``, ``pylance``, ``vortex-data``) and
+``mosaicml-streaming`` / ``litdata`` (see pyproject.toml).
+"""
 from __future__ import annotations
 
 import argparse
+import gc
+import json
 import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from torch.utils.data import IterableDataset
+
+from zephon.bench.meter import Meter, rate
 
 SHARDS = 8
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]
@@ -125,44 +141,52 @@ def write_lance(root: Path, n: int) -> Path:
     return out
 
 
-def zephon_pass(path: str, workers: int) -> int:
+def zephon_stream(path: str, workers: int) -> Iterator[int]:
     from zephon import Pipeline
     from zephon.io import Dataset
     from zephon.work import StaticMixtureWorkSource
 
     ds = Dataset.from_path("bench", path)
-    ws = StaticMixtureWorkSource([ds], {"bench": 1.0}, seed=42)
+    ws = StaticMixtureWorkSource([ds], {"bench": 1.0}, seed=42, exhausted_policy="repeat")
     p = Pipeline(ws).batch(microbatch_size=32, drop_last=False).options(num_workers=workers)
-    total, seen = ds.total(), 0
     try:
         for b in p:
-            seen += len(b)
-            if seen >= total:
-                break
+            yield len(b)
     finally:
         p.close()
-    return seen
 
 
-def hf_native_pass(path: str, workers: int) -> int:
+def _epochs(loader) -> Iterator:
+    """Pass after pass of a loader whose dataset cannot repeat itself (workers persist)."""
+    while True:
+        n = 0
+        for b in loader:
+            n += 1
+            yield b
+        if not n:
+            return
+
+
+def hf_native_stream(path: str, workers: int) -> Iterator[int]:
     import datasets
     from torch.utils.data import DataLoader
 
-    ds = datasets.load_from_disk(path).to_iterable_dataset(num_shards=SHARDS)
+    ds = datasets.load_from_disk(path).to_iterable_dataset(num_shards=SHARDS).repeat(None)
     loader = DataLoader(ds, batch_size=32, num_workers=workers, collate_fn=list)
-    return sum(len(b) for b in loader)
+    for b in loader:
+        yield len(b)
 
 
-def wds_native_pass(urls: list[str], workers: int) -> int:
+def wds_native_stream(urls: list[str], workers: int) -> Iterator[int]:
     import webdataset as wds
 
-    pipe = wds.WebDataset(urls, shardshuffle=False, empty_check=False).batched(
+    pipe = wds.WebDataset(urls, shardshuffle=False, empty_check=False).repeat().batched(
         32, collation_fn=list, partial=True)
-    loader = wds.WebLoader(pipe, batch_size=None, num_workers=workers)
-    return sum(len(b) for b in loader)
+    for b in wds.WebLoader(pipe, batch_size=None, num_workers=workers):
+        yield len(b)
 
 
-def mds_native_pass(path: str, workers: int) -> int:
+def mds_native_stream(path: str, workers: int) -> Iterator[int]:
     from tests_support.mds_streaming import streaming_base
     from torch.utils.data import DataLoader
 
@@ -172,25 +196,29 @@ def mds_native_pass(path: str, workers: int) -> int:
         # fork: a spawned worker would import all of ``streaming`` (its vision datasets need
         # torchvision, tests_support/mds_streaming.py); litData sets spawn process-wide
         loader = DataLoader(ds, batch_size=32, num_workers=workers, collate_fn=list,
+                            persistent_workers=workers > 0,
                             multiprocessing_context="fork" if workers else None)
-        return sum(len(b) for b in loader)
+        for b in _epochs(loader):
+            yield len(b)
     finally:
         del ds
         sb.util.clean_stale_shared_memory()
 
 
-def litdata_native_pass(path: str, workers: int) -> int:
+def litdata_native_stream(path: str, workers: int) -> Iterator[int]:
     import litdata
 
     ds = litdata.StreamingDataset(path)
     loader = litdata.StreamingDataLoader(ds, batch_size=32, num_workers=workers,
-                                         collate_fn=list)
-    return sum(len(b) for b in loader)
+                                         collate_fn=list, persistent_workers=workers > 0)
+    for b in _epochs(loader):
+        yield len(b)
 
 
 class _Split(IterableDataset):
-    """Files (or Lance fragments) split over a torch DataLoader's workers, each scanned by the
-    format's own reader in batches of 32 rows."""
+    """Files (or Lance fragments) split over a torch DataLoader's workers; each worker opens its
+    files once and scans them with the format's own reader in batches of 32 rows, pass after
+    pass."""
 
     def __init__(self, kind: str, path: str) -> None:
         self.kind, self.path = kind, path
@@ -203,41 +231,68 @@ class _Split(IterableDataset):
         if self.kind == "vortex":
             import vortex as vx
 
-            for f in sorted(Path(self.path).glob("*.vortex"))[k::n]:
-                yield from vx.open(str(f)).to_arrow(batch_size=32)
+            files = [vx.open(str(f)) for f in sorted(Path(self.path).glob("*.vortex"))[k::n]]
+            while True:
+                for f in files:
+                    yield from f.to_arrow(batch_size=32)
         else:
             import lance
 
             ds = lance.dataset(self.path)
-            yield from ds.scanner(fragments=ds.get_fragments()[k::n], batch_size=32).to_batches()
+            fragments = ds.get_fragments()[k::n]
+            while True:
+                yield from ds.scanner(fragments=fragments, batch_size=32).to_batches()
 
 
-def split_native_pass(kind: str, path: str, workers: int) -> int:
+def split_native_stream(kind: str, path: str, workers: int) -> Iterator[int]:
     if not workers:
-        return sum(b.num_rows for b in _Split(kind, path))
+        for b in _Split(kind, path):
+            yield b.num_rows
+        return
     from torch.utils.data import DataLoader
 
-    loader = DataLoader(_Split(kind, path), batch_size=None, num_workers=workers,
-                        collate_fn=_rows)
-    return sum(loader)
+    # batch_size=None: each Arrow batch goes to the main process as the worker made it. Lance
+    # is not fork-safe (its warning says to use spawn or forkserver): a worker forked from a
+    # process that has read Lance on other threads can hang in its first scan
+    ctx = "forkserver" if kind == "lance" else None
+    for b in DataLoader(_Split(kind, path), batch_size=None, num_workers=workers,
+                        multiprocessing_context=ctx):
+        yield b.num_rows
 
 
-def _rows(batch) -> int:
-    return batch.num_rows
+def vortex_native_stream(path: str, workers: int) -> Iterator[int]:
+    return split_native_stream("vortex", path, workers)
 
 
-def vortex_native_pass(path: str, workers: int) -> int:
-    return split_native_pass("vortex", path, workers)
+def lance_native_stream(path: str, workers: int) -> Iterator[int]:
+    return split_native_stream("lance", path, workers)
 
 
-def lance_native_pass(path: str, workers: int) -> int:
-    return split_native_pass("lance", path, workers)
+def measured(stream: Callable[..., Iterator[int]], source: Any, workers: int,
+             seconds: float, records: int) -> dict:
+    """One run: ``stream`` opens its dataset and loader, then delivers batches (their sizes)
+    until the meter has ``seconds`` of steady state and one whole pass (``records``) is in;
+    ``pass_s`` is the time from opening to the end of that pass, start-up included."""
+    meter = Meter("records", seconds)
+    metered, seen, pass_s = True, 0, None
+    it = stream(source, workers)
+    try:
+        for n in it:
+            seen += n
+            if pass_s is None and seen >= records:
+                pass_s = time.perf_counter() - meter.t0
+            metered = metered and not meter.add(n)  # the meter's window ends where it says
+            if not metered and pass_s is not None:
+                break
+    finally:
+        it.close()  # closes the pipeline / lets the loader's workers go
+        del it
+        gc.collect()
+    return meter.result(pass_s=pass_s, pass_records=seen if pass_s is None else records)
 
 
-def timed(fn, *args) -> float:
-    t0 = time.perf_counter()
-    n = fn(*args)
-    return n / (time.perf_counter() - t0)
+def _median(runs: list[dict], figure: Callable[[dict], float]) -> float:
+    return statistics.median(figure(r) for r in runs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -245,7 +300,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records", type=int, default=20000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--workers", default="0,2")
+    ap.add_argument("--seconds", type=float, default=2.0,
+                    help="steady state measured per run (twice that with workers)")
     ap.add_argument("--formats", default="hf,webdataset,mds,litdata,vortex,lance")
+    ap.add_argument("--json", help="also write every run's figures here")
     args = ap.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="zephon-bench-formats-"))
     os.environ.setdefault("ZEPHON_CACHE_DIR", str(root / "cache"))
@@ -253,40 +311,56 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [sys.path[0],
                                                              os.environ.get("PYTHONPATH")]))
     wanted = args.formats.split(",")
+    runs: list[dict] = []
     try:
         cases = []
         if "hf" in wanted:
             hf = write_hf(root, args.records)
-            cases.append(("hf save_to_disk", "datasets+DataLoader", str(hf), hf_native_pass,
+            cases.append(("hf save_to_disk", "datasets+DataLoader", str(hf), hf_native_stream,
                           str(hf)))
         if "webdataset" in wanted:
             urls = write_wds(root, args.records)
             cases.append(("webdataset", "webdataset+WebLoader", str(root / "wds"),
-                          wds_native_pass, urls))
-        natives = {"mds": (write_mds, mds_native_pass, "StreamingDataset+DataLoader"),
-                   "litdata": (write_litdata, litdata_native_pass,
+                          wds_native_stream, urls))
+        natives = {"mds": (write_mds, mds_native_stream, "StreamingDataset+DataLoader"),
+                   "litdata": (write_litdata, litdata_native_stream,
                                "litdata StreamingDataLoader"),
-                   "vortex": (write_vortex, vortex_native_pass, "vortex scan (Arrow)"),
-                   "lance": (write_lance, lance_native_pass, "lance scanner (Arrow)")}
+                   "vortex": (write_vortex, vortex_native_stream, "vortex scan (Arrow)"),
+                   "lance": (write_lance, lance_native_stream, "lance scanner (Arrow)")}
         for name in [f for f in wanted if f in natives]:
             write, native, native_name = natives[name]
             path = str(write(root, args.records))
             cases.append((name, native_name, path, native, path))
-        print(f"{args.records} records of ~2 KB, {SHARDS} shards, medians of {args.repeats}; "
-              "records/s")
-        print(f"{'format':<16}{'workers':>8}{'zephon':>12}{'native':>12}{'ratio':>8}  native")
+        print(f"{args.records} records of ~2 KB, {SHARDS} shards, medians of {args.repeats} "
+              f"runs; steady: records/s over {args.seconds:g} s after the first batch "
+              f"({2 * args.seconds:g} s with workers); pass: records/s of the first whole pass "
+              "from opening the dataset, start-up included; 1st: seconds to the first batch")
+        print(f"{'format':<12}{'workers':>8}{'steady Z':>10}{'native':>10}{'ratio':>7}"
+              f"{'pass Z':>10}{'native':>10}{'ratio':>7}{'1st Z':>8}{'native':>8}  native")
         for name, native_name, zpath, native, nsrc in cases:
             for w in [int(x) for x in args.workers.split(",")]:
-                zephon_pass(zpath, w), native(nsrc, w)  # warm: imports, page cache, node cache
-                ours, theirs = [], []
-                for _ in range(args.repeats):  # alternating, so drift hits both alike
-                    ours.append(timed(zephon_pass, zpath, w))
-                    theirs.append(timed(native, nsrc, w))
-                z, n = statistics.median(ours), statistics.median(theirs)
-                print(f"{name:<16}{w:>8}{z:>12,.0f}{n:>12,.0f}{z / n:>8.2f}  {native_name}",
+                seconds = args.seconds * (2 if w else 1)
+                systems = {"zephon": (zephon_stream, zpath), "native": (native, nsrc)}
+                for fn, src in systems.values():  # warm: imports, page cache, node cache
+                    measured(fn, src, w, 0.2, 0)
+                got: dict[str, list[dict]] = {s: [] for s in systems}
+                for i in range(args.repeats):  # alternating, so drift hits both alike
+                    for system, (fn, src) in systems.items():
+                        run = measured(fn, src, w, seconds, args.records)
+                        got[system].append(run)
+                        runs.append({"format": name, "workers": w, "system": system,
+                                     "repeat": i, "rate": rate(run, "records"), **run})
+                z, n = (_median(got[s], lambda r: rate(r, "records")) for s in systems)
+                pz, pn = (_median(got[s], lambda r: r["pass_records"] / r["pass_s"])
+                          for s in systems)
+                fz, fn_ = (_median(got[s], lambda r: r["first_batch_s"]) for s in systems)
+                print(f"{name:<12}{w:>8}{z:>10,.0f}{n:>10,.0f}{z / n:>7.2f}{pz:>10,.0f}"
+                      f"{pn:>10,.0f}{pz / pn:>7.2f}{fz:>8.3f}{fn_:>8.3f}  {native_name}",
                       flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        if args.json:
+            Path(args.json).write_text(json.dumps(runs, indent=1))
     return 0
 
 

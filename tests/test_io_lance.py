@@ -4,7 +4,9 @@ pinned at discovery; remote through ``memory://`` and a moto S3 server."""
 
 from __future__ import annotations
 
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import fsspec
 import numpy as np
@@ -141,3 +143,62 @@ def test_bad_data_files_are_named(tmp_path):
     with pytest.raises(DataError, match=rf"dataset 'l', shard .*{data.name}: not a readable"):
         ds.read_payloads(sid, [0])
     assert len(ds.read_payloads(1 - sid, [0, 1])) == 2
+
+
+# logical rows (deleted ones skipped) in the orders the pointer stream gives: one run, a run
+# that does not start at 0, runs in reverse, a dense shuffle with repeats (read as the covering
+# range), a sparse pick (``take_rows``), one row, none
+_PATTERNS = [list(range(27)), list(range(7, 20)), list(range(20, 3, -1)),
+             [5, 3, 4, 3, 9, 8, 6, 7, 5], [26, 0, 13, 0], [13], []]
+
+
+@pytest.mark.parametrize("rows", _PATTERNS)
+def test_reads_give_lances_own_rows_in_the_order_asked(written, rows):
+    root, _ = written
+    ds = Dataset.from_path("l", root)
+    own = lance.dataset(str(root)).get_fragments()[1].to_table().to_pylist()  # 3 rows deleted
+    assert ds.count(1) == len(own) == 27
+    got = ds.read_table(1, rows)
+    assert got.to_pylist() == [own[r] for r in rows]
+    assert got.schema.names == list(own[0])
+    assert ds.read_table(1, rows, columns=["note", "id"]).to_pylist() == \
+        [{"note": own[r]["note"], "id": own[r]["id"]} for r in rows]
+
+
+def test_announced_reads_run_ahead_on_the_read_ahead_threads(written, monkeypatch):
+    root, expected = written
+    ds = Dataset.from_path("l", root)
+    assert ds.read_table(0, []).num_rows == 0  # opens the reader, which reads its schema
+    threads = []
+    for name in ("read_range", "take_rows"):
+        def spy(self, *args, _read=getattr(lance.file.LanceFileReader, name), **kw):
+            threads.append(threading.current_thread().name)
+            return _read(self, *args, **kw)
+
+        monkeypatch.setattr(lance.file.LanceFileReader, name, spy)
+    rows = np.array([3, 4, 5, 1, 2])
+    ds.read_ahead(0, rows)
+    rows[:] = 0  # the caller's array changing after the hint changes nothing
+    got = ds.read_payloads(0, [3, 4, 5, 1, 2])
+    assert [int(r["id"]) for r in got] == [expected[i]["id"] for i in [3, 4, 5, 1, 2]]
+    assert len(threads) == 1 and threads[0].startswith("zephon-read-ahead")
+    ds.read_ahead(0, np.array([27, 1]))  # a bad row: the read that takes it raises
+    with pytest.raises(IndexError, match="row index 27 out of range"):
+        ds.read_table(0, [27, 1])
+    assert len(threads) == 1
+
+
+def test_one_reader_read_from_several_threads_at_once(written):
+    root, expected = written
+    ds = Dataset.from_path("l", root)
+    rng = np.random.default_rng(1)
+    asks = [np.arange(a, a + 20) % 27 if a % 2 else rng.permutation(27)[:9] for a in range(60)]
+    ids = [r["id"] for r in expected[:27]]
+
+    def read(rows):
+        ds.read_ahead(0, rows)  # the read-ahead thread and this one use the reader together
+        return ds.read_table(0, rows).column("id").to_pylist()
+
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(read, asks))
+    assert got == [[ids[r] for r in rows] for rows in asks]

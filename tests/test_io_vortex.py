@@ -4,6 +4,7 @@ field with Vortex's own scan (values as spec addendum A.10 gives them)."""
 from __future__ import annotations
 
 import json
+import threading
 
 import fsspec
 import numpy as np
@@ -138,3 +139,64 @@ def test_bad_files_are_named(written, tmp_path):
     (tmp_path / "a.vortex").write_bytes(data[: len(data) // 2])
     with pytest.raises(DataError, match=r"dataset 'v', shard .*a.vortex: not a readable Vortex"):
         Dataset.from_path("v", tmp_path)
+
+
+# rows in the orders the pointer stream gives: one run, a run that does not start at 0, runs
+# in reverse, a dense shuffle with repeats (read as the covering range), a sparse pick (an
+# ``indices`` scan), one row, none
+_PATTERNS = [list(range(43)), list(range(7, 30)), list(range(29, 3, -1)),
+             [5, 3, 4, 3, 9, 8, 6, 7, 5], [41, 0, 20, 0], [13], []]
+
+
+@pytest.mark.parametrize("rows", _PATTERNS)
+def test_reads_give_vortexs_own_rows_in_the_order_asked(written, rows):
+    root, _ = written
+    ds = Dataset.from_path("v", root)
+    f = root / "part-003.vortex"  # compressed by Vortex, 43 rows
+    own = vx.open(str(f)).to_arrow().read_all().to_pylist()
+    sid = next(s for s in ds.ids().tolist() if ds.shard_name(s).endswith(f.name))
+    got = ds.read_table(sid, rows)
+    assert got.to_pylist() == [own[r] for r in rows]
+    types = {f.name: f.type for f in got.schema}
+    assert types["text"] == pa.large_string() and types["blob"] == pa.large_binary()
+    assert ds.read_table(sid, rows, columns=["note", "id"]).to_pylist() == \
+        [{"note": own[r]["note"], "id": own[r]["id"]} for r in rows]
+
+
+def test_reads_across_the_files_splits(tmp_path):
+    n = 200_000  # several splits (Vortex cuts 65,536 rows)
+    vx.io.write(pa.table({"id": np.arange(n), "half": np.arange(n) / 2}),
+                str(tmp_path / "big.vortex"))
+    assert len(vx.open(str(tmp_path / "big.vortex")).splits()) > 1
+    ds = Dataset.from_path("v", tmp_path)
+    rng = np.random.default_rng(0)
+    for rows in (np.arange(65_000, 132_000), rng.permutation(np.arange(64_000, 67_000))[:2000],
+                 rng.integers(0, n, 300)):
+        got = ds.read_table(0, rows)
+        assert got.column("id").to_numpy().tolist() == rows.tolist()
+        assert got.column("half").to_numpy().tolist() == (rows / 2).tolist()
+
+
+def test_announced_reads_run_ahead_on_the_read_ahead_threads(written, monkeypatch):
+    from zephon.io.formats import vortex as vortex_format
+
+    root, expected = written
+    ds = Dataset.from_path("v", root)
+    threads = []
+    read = vortex_format.VortexShardReader._read
+
+    def spy(self, rows, columns=None):
+        threads.append(threading.current_thread().name)
+        return read(self, rows, columns)
+
+    monkeypatch.setattr(vortex_format.VortexShardReader, "_read", spy)
+    rows = np.array([3, 4, 5, 1, 2])
+    ds.read_ahead(1, rows)
+    rows[:] = 0  # the caller's array changing after the hint changes nothing
+    got = ds.read_payloads(1, [3, 4, 5, 1, 2])
+    assert [int(r["id"]) for r in got] == [1003, 1004, 1005, 1001, 1002]
+    assert len(threads) == 1 and threads[0].startswith("zephon-read-ahead")
+    ds.read_ahead(1, np.array([41, 1]))  # a bad row: the read that takes it raises
+    with pytest.raises(IndexError, match="row index 41 out of range"):
+        ds.read_table(1, [41, 1])
+    assert len(threads) == 2

@@ -25,6 +25,7 @@ import os
 import posixpath
 import shutil
 import tempfile
+import threading
 from typing import Any
 
 import numpy as np
@@ -41,12 +42,16 @@ from zephon.io.formats.base import (
     ShardRef,
     ShardStats,
 )
+from zephon.io.formats.rows_ahead import RowsAhead
 from zephon.io.storage.local_copy import whole_local_copy
 from zephon.payload_values import mark, payload_rows
 
 __all__ = ["LANCE", "LanceFormat", "LanceShardReader", "newest_manifest"]
 
 _U64 = (1 << 64) - 1
+# rows spread over at most this many times their count are read as the range that covers them
+# (``read_range`` skips ``take_rows``' per-row checks in Python and its scattered page reads)
+DENSE = 3
 
 
 def _lance() -> Any:
@@ -107,7 +112,12 @@ def _check(meta: Any, where: str) -> tuple[str, str | None]:
 
 
 class LanceShardReader:
-    """One fragment's data file opened in this process; any rows, any order."""
+    """One fragment's data file opened in this process; any rows, any order.
+
+    Rows that lie within ``DENSE`` times their count (a run of the pointer stream, a shuffled
+    block of a shard) are read as the range that covers them and picked; others with
+    ``take_rows`` of the sorted distinct rows. Reads the engine announces run ahead on the
+    read-ahead threads (``rows_ahead.py``)."""
 
     def __init__(self, ref: ShardRef, res: Resources) -> None:
         self.ref = ref
@@ -116,6 +126,9 @@ class LanceShardReader:
         try:
             self._file = lance.file.LanceFileReader(whole_local_copy(ref, res))
             physical = int(self._file.num_rows())
+            # the schema reads are laid out in (a read of no rows), marked for A.10 values
+            self._schema = mark(self._file.take_rows([]).to_table()
+                                .replace_schema_metadata(None)).schema
         except (OSError, ValueError, RuntimeError) as e:
             raise DataError(f"not a readable Lance data file: {str(e).splitlines()[0]}",
                             dataset=ref.dataset, shard=ref.display) from e
@@ -130,6 +143,10 @@ class LanceShardReader:
         if ref.rows is not None and self.rows != ref.rows:
             raise DataError(f"holds {self.rows} rows, {ref.rows} were counted at discovery",
                             dataset=ref.dataset, shard=ref.display)
+        # pylance's file reader takes itself mutably for a read ("Already borrowed" from a
+        # second thread): the read-ahead thread and the caller's take turns
+        self._lock = threading.Lock()
+        self._ahead = RowsAhead(self._read)
 
     def _deleted(self, res: Resources, name: str, physical: int) -> np.ndarray:
         ref = ShardRef(self.ref.dataset, self.ref.location, name, 0, name)
@@ -146,36 +163,54 @@ class LanceShardReader:
 
     def read_table(self, rows: np.ndarray, columns: list[str] | None = None) -> pa.Table:
         rows = np.ascontiguousarray(rows, dtype=np.int64).ravel()
+        started = self._ahead.take(rows)
+        found = self._read(rows) if started is None else started.result()
+        return found if columns is None else found.select(columns)
+
+    def read_ahead_rows(self, rows: np.ndarray) -> None:
+        self._ahead.start(rows)
+
+    def _read(self, rows: np.ndarray) -> pa.Table:
+        """All columns of ``rows``, in their order."""
         if len(rows) and (rows.min() < 0 or rows.max() >= self.rows):
             bad = int(rows[(rows < 0) | (rows >= self.rows)][0])
             raise IndexError(f"{self.ref.label}: row index {bad} out of range for a fragment "
                              f"of {self.rows} rows")
+        if not len(rows):
+            return self._schema.empty_table()
         physical = rows if self._kept is None else self._kept[rows]
-        unique, where = np.unique(physical, return_inverse=True)
+        lo, hi = int(physical.min()), int(physical.max()) + 1
         try:
-            found = self._file.take_rows(unique.tolist()).to_table()
+            if hi - lo <= DENSE * len(rows):
+                pick = physical - lo
+                with self._lock:
+                    found = self._file.read_range(lo, hi - lo, batch_size=hi - lo).to_table()
+            else:
+                unique, pick = np.unique(physical, return_inverse=True)
+                with self._lock:
+                    found = self._file.take_rows(unique.tolist(),
+                                                 batch_size=len(unique)).to_table()
         except (OSError, ValueError, RuntimeError) as e:
-            first = int(rows[0]) + 1 if len(rows) else 0
-            raise DataError(f"cannot read rows from row {first}: {str(e).splitlines()[0]}",
-                            dataset=self.ref.dataset, shard=self.ref.display) from e
-        if columns is not None:
-            found = found.select(columns)
-        if len(unique) != len(rows) or (unique != physical).any():
-            found = take_table(found, where.astype(np.int64))
-        return mark(found.replace_schema_metadata(None))
+            raise DataError(f"cannot read rows from row {int(rows[0]) + 1}: "
+                            f"{str(e).splitlines()[0]}", dataset=self.ref.dataset,
+                            shard=self.ref.display) from e
+        if len(pick) != found.num_rows or (pick != np.arange(len(pick))).any():
+            found = take_table(found, pick.astype(np.int64))
+        return pa.Table.from_arrays(found.columns, schema=self._schema)
 
     def read_payloads(self, rows: np.ndarray) -> list[dict]:
         table = self.read_table(rows)
         return payload_rows(table, table.column_names)
 
     def close(self) -> None:
+        self._ahead.clear()
         self._file = None
 
 
 class LanceFormat(ShardFormat):
     name = "lance"
     suffixes = ()  # a Lance dataset is found by its _versions/ manifests, not by file names
-    capabilities = Capabilities()
+    capabilities = Capabilities(read_ahead=True)
     extra = "lance"
 
     def own_index(self, root: RootView) -> list[ShardEntry] | None:

@@ -147,6 +147,12 @@ class TokenBuilders(PipelineBase):
             placement=placement)
         return self._append(op.named_by(self.work_source))
 
+    def _pack(self, *, flat: bool, **settings: Any) -> Self:
+        """``pack_flat`` (``flat``) or ``pack_sequences`` with the settings it was given."""
+        from zephon.ops.pack import PackOp
+
+        return self._append(PackOp(flat=flat, work_source=self.work_source, **settings))
+
     @compat_keywords("placement", "parallelism")
     def pack_flat(self, max_length: int, *, num_bins: int | None = None,
                   algorithm: PackingAlgorithm = "first_fit", tokens_field: str = "auto",
@@ -207,18 +213,7 @@ class TokenBuilders(PipelineBase):
             ValueError: Bad or conflicting keywords (no ``pad_token_id`` for a padding algorithm,
                 ``length_fn`` or ``shuffle_strategy``, which this version does not support).
         """
-        from zephon.ops.pack import PackOp
-
-        return self._append(PackOp(
-            max_length, flat=True, work_source=self.work_source, num_bins=num_bins,
-            algorithm=algorithm, tokens_field=tokens_field, drop_oversized=drop_oversized,
-            oversized=oversized, min_sequence_length=min_sequence_length,
-            max_sequences_per_bin=max_sequences_per_bin, shuffle_strategy=shuffle_strategy,
-            shuffle_seed=shuffle_seed, flush_strategy=flush_strategy,
-            candidate_pool_size=candidate_pool_size, max_candidate_age=max_candidate_age,
-            homogeneity=homogeneity, groups=groups, pad_token_id=pad_token_id,
-            emit_positions=emit_positions, length_fn=length_fn, pack_payloads=pack_payloads,
-            placement=placement, parallelism=parallelism))
+        return self._pack(flat=True, **{k: v for k, v in locals().items() if k != "self"})
 
     @compat_keywords("placement", "parallelism")
     def pack_sequences(self, max_length: int, *, num_bins: int | None = None,
@@ -267,15 +262,4 @@ class TokenBuilders(PipelineBase):
         Raises:
             ValueError: Bad or conflicting keywords.
         """
-        from zephon.ops.pack import PackOp
-
-        return self._append(PackOp(
-            max_length, flat=False, work_source=self.work_source, num_bins=num_bins,
-            algorithm=algorithm, tokens_field=tokens_field, drop_oversized=drop_oversized,
-            oversized=oversized, min_sequence_length=min_sequence_length,
-            max_sequences_per_bin=max_sequences_per_bin, shuffle_strategy=shuffle_strategy,
-            shuffle_seed=shuffle_seed, flush_strategy=flush_strategy,
-            candidate_pool_size=candidate_pool_size, max_candidate_age=max_candidate_age,
-            homogeneity=homogeneity, groups=groups, pad_token_id=pad_token_id,
-            emit_positions=emit_positions, length_fn=length_fn, pack_payloads=pack_payloads,
-            placement=placement, parallelism=parallelism))
+        return self._pack(flat=False, **{k: v for k, v in locals().items() if k != "self"})

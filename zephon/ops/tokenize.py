@@ -33,8 +33,8 @@ import pyarrow as pa
 
 from zephon import accounting
 from zephon.block import Block, add_lineage, list_array, with_columns
-from zephon.ops.base import OpContext, OpTraits, StatelessOp
 from zephon.ops.tokenize_input import OK, bad_record_error, read_texts
+from zephon.ops.tokenizer_op import TokenizerOp
 from zephon.state.fingerprint import settings
 from zephon.tokens.special_tokens import brackets
 from zephon.tokens.token_layout import bracket, split, truncate
@@ -48,7 +48,7 @@ _SETTINGS = ("padding", "field", "max_length", "truncation", "split_long_samples
              "parallelism", "bos_id", "eos_id", "pad_id")
 
 
-class TokenizeOp(StatelessOp):
+class TokenizeOp(TokenizerOp):
     name = "tokenize"
 
     def __init__(self, tokenizer: Any = None, tokenizer_id: str | None = None, *, field: str,
@@ -116,24 +116,6 @@ class TokenizeOp(StatelessOp):
             datasets = [datasets[i] for i in sorted(datasets)]
         self.datasets = list(datasets) if datasets is not None else None
         return self
-
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["_tok"] = None  # workers load their own copy
-        return state
-
-    def traits(self) -> OpTraits:
-        return OpTraits(preserves_cursor_order=True, parallelism=self.parallelism or 1,
-                        record_by_record=True, cost="tokenize")
-
-    def setup(self, ctx: OpContext) -> None:
-        super().setup(ctx)
-        self.tokenizer()
-
-    def tokenizer(self) -> LoadedTokenizer:
-        if self._tok is None:
-            self._tok = LoadedTokenizer(self.spec)
-        return self._tok
 
     def specials(self) -> tuple[int | None, int | None]:
         """The (BOS, EOS) ids each document gets (None: not added)."""

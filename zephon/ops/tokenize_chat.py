@@ -43,7 +43,7 @@ from zephon.chat.conversations import (
     flags,
 )
 from zephon.chat.template import special_strings, template_for
-from zephon.ops.base import OpContext, OpTraits, StatelessOp
+from zephon.ops.tokenizer_op import TokenizerOp
 from zephon.tokens.byte_offsets import ByteLengths, byte_lengths
 from zephon.tokens.tokenizer_source import LoadedTokenizer, load
 
@@ -57,7 +57,7 @@ _PROBE = [{"role": "system", "content": "You are terse."}, {"role": "user", "con
           {"role": "assistant", "content": "Bye."}]
 
 
-class TokenizeChatOp(StatelessOp):
+class TokenizeChatOp(TokenizerOp):
     name = "tokenize_chat"
 
     def __init__(self, tokenizer: Any = None, tokenizer_id: str | None = None, *,
@@ -150,9 +150,8 @@ class TokenizeChatOp(StatelessOp):
         return self
 
     def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["_tok"] = None  # workers load their own copy
-        state["_lengths"] = False
+        state = super().__getstate__()
+        state["_lengths"] = False  # the byte-length table too is made per process
         return state
 
     def fingerprint(self) -> dict:
@@ -171,19 +170,6 @@ class TokenizeChatOp(StatelessOp):
                                           sorted(self.template.variables.items())}
             conf["strftime_now"] = self.template.now
         return conf
-
-    def traits(self) -> OpTraits:
-        return OpTraits(preserves_cursor_order=True, parallelism=self.parallelism or 1,
-                        record_by_record=True, cost="tokenize")
-
-    def setup(self, ctx: OpContext) -> None:
-        super().setup(ctx)
-        self.tokenizer()
-
-    def tokenizer(self) -> LoadedTokenizer:
-        if self._tok is None:
-            self._tok = LoadedTokenizer(self.spec)
-        return self._tok
 
     def byte_lengths(self) -> ByteLengths | None:
         """The tokenizer's token byte lengths where its tokens cover the text's bytes exactly

@@ -33,9 +33,7 @@ from zephon.io.formats.base import (
     Resources,
     RootView,
     ShardEntry,
-    ShardFormat,
     ShardRef,
-    ShardStats,
 )
 from zephon.io.formats.binary_columns import (
     SpanError,
@@ -57,6 +55,7 @@ from zephon.io.formats.litdata_chunks import (
     parse_spec,
     unflatten,
 )
+from zephon.io.formats.mapped_records import MappedRecordsFormat
 from zephon.io.storage.local_copy import decoded_local_copy, whole_local_copy
 from zephon.payload_values import column_values, mark
 
@@ -299,17 +298,15 @@ def _tensors(values: list[bytes], base: str, arg: str) -> list:
     return [one(v) for v in values]
 
 
-class LitDataFormat(ShardFormat):
+class LitDataFormat(MappedRecordsFormat):
     """litData's ``optimize()`` chunks. ``allow_pickle`` (the ``litdata-pickle`` entry) reads
     ``pickle`` leaves; ``litdata`` refuses them."""
 
     suffixes = ()  # chunks are found through index.json only (it holds their PyTree)
     capabilities = Capabilities(record_sizes=True)
     extra = "litdata"
-
-    def __init__(self, name: str = "litdata", allow_pickle: bool = False) -> None:
-        self.name = name
-        self.allow_pickle = allow_pickle
+    name = "litdata"
+    reader = LitDataShardReader
 
     def claims_index(self, doc: dict[str, Any]) -> bool:
         return isinstance(doc.get("config"), dict) and isinstance(doc.get("chunks"), list)
@@ -339,20 +336,6 @@ class LitDataFormat(ShardFormat):
             else:
                 out.append(ShardEntry(name, rows, facts=facts))
         return out
-
-    def count(self, ref: ShardRef, res: Resources, *, keep: bool) -> ShardStats:
-        reader = LitDataShardReader(ref, res, self.allow_pickle)
-        try:
-            return ShardStats(reader.rows, len(reader._buf))
-        finally:
-            reader.close()
-
-    def open(self, ref: ShardRef, res: Resources) -> LitDataShardReader:
-        return LitDataShardReader(ref, res, self.allow_pickle)
-
-    def warm(self, ref: ShardRef, res: Resources) -> None:
-        """The local copy in its plain layout."""
-        self.open(ref, res).close()
 
 
 LITDATA = LitDataFormat()

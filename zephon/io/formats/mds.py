@@ -42,9 +42,7 @@ from zephon.io.formats.base import (
     Resources,
     RootView,
     ShardEntry,
-    ShardFormat,
     ShardRef,
-    ShardStats,
 )
 from zephon.io.formats.binary_columns import (
     SpanError,
@@ -55,6 +53,7 @@ from zephon.io.formats.binary_columns import (
     numeric_column,
     string_column,
 )
+from zephon.io.formats.mapped_records import MappedRecordsFormat
 from zephon.io.formats.mds_index import (
     BYTES_LIKE,
     LISTS,
@@ -264,17 +263,15 @@ class MdsShardReader:
         self._buf = None
 
 
-class MdsFormat(ShardFormat):
+class MdsFormat(MappedRecordsFormat):
     """MosaicML Streaming's MDS. ``allow_pickle`` (the ``mds-pickle`` entry) reads ``pkl``
     columns; ``mds`` refuses them (see the module docstring)."""
 
     suffixes = ()  # shards are found through index.json only (it holds their columns)
     capabilities = Capabilities(record_sizes=True)
     extra = "mds"
-
-    def __init__(self, name: str = "mds", allow_pickle: bool = False) -> None:
-        self.name = name
-        self.allow_pickle = allow_pickle
+    name = "mds"
+    reader = MdsShardReader
 
     def claims_index(self, doc: dict[str, Any]) -> bool:
         shards = doc.get("shards")
@@ -286,20 +283,6 @@ class MdsFormat(ShardFormat):
         if doc is None or not self.claims_index(doc):
             return None
         return shard_entries(root, doc, self.allow_pickle)
-
-    def count(self, ref: ShardRef, res: Resources, *, keep: bool) -> ShardStats:
-        reader = MdsShardReader(ref, res, self.allow_pickle)
-        try:
-            return ShardStats(reader.rows, len(reader._buf))
-        finally:
-            reader.close()
-
-    def open(self, ref: ShardRef, res: Resources) -> MdsShardReader:
-        return MdsShardReader(ref, res, self.allow_pickle)
-
-    def warm(self, ref: ShardRef, res: Resources) -> None:
-        """The (decoded) local copy."""
-        self.open(ref, res).close()
 
 
 MDS = MdsFormat()

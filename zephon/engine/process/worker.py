@@ -40,7 +40,6 @@ from zephon.engine.process.frames import (
     read_frame,
     write_frame,
 )
-from zephon.engine.process.spawning import describe_exit  # noqa: F401  (its old home)
 from zephon.errors import EngineError, WorkerCrashedError
 from zephon.io.ahead import read_ahead
 from zephon.ops.base import OpContext, StageInfo

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 import time
 
@@ -11,8 +13,11 @@ import pytest
 from zephon import synthetic
 
 # Tests never write into the user's cache: line indexes and downloaded shards go to a
-# per-run temp folder (set before any test, so worker processes inherit it too).
-os.environ.setdefault("ZEPHON_CACHE_DIR", tempfile.mkdtemp(prefix="zephon-test-cache-"))
+# per-run temp folder (set before any test, so worker processes inherit it too), removed when
+# the run ends.
+if "ZEPHON_CACHE_DIR" not in os.environ:
+    os.environ["ZEPHON_CACHE_DIR"] = tempfile.mkdtemp(prefix="zephon-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["ZEPHON_CACHE_DIR"], ignore_errors=True)
 
 
 def write_corpus(root, fmt: str = "jsonl"):

@@ -38,7 +38,7 @@ from zephon.engine.config import EngineConfig, mp_context
 from zephon.engine.failures import Failure, RemoteError, pack_exception
 from zephon.engine.lanes.lane import held_by_op, round_robin_states
 from zephon.engine.observe import metrics
-from zephon.engine.process import cleanup, shm, spawning
+from zephon.engine.process import cleanup, heap, shm, spawning
 from zephon.engine.process.output_ring import OutputRing
 from zephon.engine.process.ownership import Ownership, merge, same_columns
 from zephon.engine.process.worker import WorkerPool
@@ -237,6 +237,7 @@ def coordinator_main(conn, lane_plan_blob: bytes, ops_blob: bytes, cfg: EngineCo
     try:
         try:
             use_decode_pool()  # before the workers fork from us: they inherit it
+            heap.return_freed_memory()  # and this too
             lane_plan = spawning.user_blob_loads(lane_plan_blob, "pipeline")
             arrow_without_pandas()  # once the user's functions are in (and inherited too)
             coord = Coordinator(conn, lane_plan, cfg, ops_blob)

@@ -32,7 +32,7 @@ from zephon.arrow_memory import arrow_without_pandas, use_decode_pool
 from zephon.engine.failures import RemoteError, pack_exception
 from zephon.engine.lanes.lane import apply_ops
 from zephon.engine.observe import metrics
-from zephon.engine.process import cleanup, shm, spawning
+from zephon.engine.process import cleanup, heap, shm, spawning
 from zephon.engine.process.frames import (
     FrameWriter,
     frame_size,
@@ -42,6 +42,7 @@ from zephon.engine.process.frames import (
 )
 from zephon.errors import EngineError, WorkerCrashedError
 from zephon.io.ahead import read_ahead
+from zephon.io.formats.jsonl_reader import release_parsed_pages
 from zephon.ops.base import OpContext, StageInfo
 from zephon.ops.fetch import FetchOp
 
@@ -71,8 +72,10 @@ def worker_main(conn, spec: dict) -> None:
     # likewise: no guesses of the shard readers; only the row groups the coordinator says this
     # worker owns are decoded ahead, on one thread (``_serve``, "decode_ahead")
     read_ahead.disable()
+    release_parsed_pages()  # and no shard pages kept mapped once parsed
     try:
         use_decode_pool()
+        heap.return_freed_memory()  # a worker may come from the fork server, not the coordinator
         ops = spawning.user_blob_loads(spec["ops"], "operators")
         arrow_without_pandas()  # after the user's functions: see arrow_memory.py
         ctx = OpContext(StageInfo(0, "workers", 0), worker_id=index, runner="process",

@@ -58,18 +58,41 @@ class JsonlShardReader:
         self._ranges = (remote and res.store.remote_reads == "ranges"
                         and compression_of(ref.name) is None)
         self._bytes: np.ndarray | None = None
+        self._mm: mmap.mmap | None = None  # the map behind ``_bytes``: its pages are released
+        self._parsed = (1 << 62, 0, 0)  # (first, end, bytes) read since the last release
         self._path: str | None = None
         if self._ranges:
             self._offsets = remote_jsonl_index(ref, res)
         else:
             path, self._offsets = local_jsonl(ref, res)
             self._path, self._opened = path, _identity(path)
-            self._bytes = _map(path)
+            self._bytes, self._mm = _map(path)
         self.rows = len(self._offsets) - 1
         check_row_count(ref, self.rows, "records")
 
     def close(self) -> None:
-        self._bytes = None  # the map closes when the last view of it is gone
+        self._bytes = self._mm = None  # the map closes when the last view of it is gone
+
+    def _release(self, rows: np.ndarray) -> None:
+        """Unmap the pages of the file that reads have parsed, once they add up to
+        ``RELEASE_BYTES``. They are the page cache's (the kernel keeps them as long as it can),
+        but while mapped they count in this process's memory (PSS): a worker reading shards
+        forward held 40+ MiB of them. Values are copied out while parsing, so nothing refers to
+        them; a later read maps them again from the cache. Only in worker processes
+        (``release_parsed_pages``), where every worker maps the shards it reads: inline, a
+        corpus read again and again is faster mapped (W1 over the bench corpus: 12% slower
+        inline with releases, unchanged with 2 workers)."""
+        if self._mm is None or not len(rows) or not _release_pages:
+            return
+        lo, hi = int(self._offsets[rows].min()), int(self._offsets[rows + 1].max())
+        self._parsed = (min(lo, self._parsed[0]), max(hi, self._parsed[1]),
+                        self._parsed[2] + int(self._offsets[rows + 1].sum()
+                                              - self._offsets[rows].sum()))
+        lo, hi, parsed = self._parsed
+        if parsed >= RELEASE_BYTES:
+            lo &= ~(mmap.PAGESIZE - 1)
+            self._mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+            self._parsed = (1 << 62, 0, 0)
 
     def source_changed(self) -> bool:
         """Whether the mapped file was altered since it was opened (a cache entry truncated in
@@ -255,6 +278,7 @@ class JsonlShardReader:
         table = self._read_flat(rows)
         if table is None:
             table = self._read_general(rows)
+        self._release(rows)
         if columns is not None:
             table = table.select([c for c in columns if c in table.column_names])
         return table
@@ -285,7 +309,19 @@ class JsonlShardReader:
         if len(rows) == 0:
             return []
         buf, offs = self._gather(rows)
+        self._release(rows)  # the lines were copied out (``_gather``)
         return self._parse_python(buf, offs, rows)
+
+
+RELEASE_BYTES = 1 << 20  # parsed bytes of a shard between two releases of its mapped pages
+_release_pages = False
+
+
+def release_parsed_pages() -> None:
+    """From now on, JSONL readers of this process unmap the pages they have parsed (a worker
+    process calls this when it starts; see ``JsonlShardReader._release``)."""
+    global _release_pages
+    _release_pages = True
 
 
 def _utf8_problem(line: bytes) -> str | None:
@@ -322,12 +358,14 @@ def _identity(path: str) -> tuple | None:
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def _map(path: str) -> np.ndarray:
+def _map(path: str) -> tuple[np.ndarray, mmap.mmap | None]:
+    """The file's bytes, memory-mapped read-only, and the map (None for an empty file)."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
-            return np.empty(0, dtype=np.uint8)
-        return np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), dtype=np.uint8)
+            return np.empty(0, dtype=np.uint8), None
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        return np.frombuffer(mm, dtype=np.uint8), mm
 
 
 def _has_timestamp(t: pa.DataType) -> bool:

@@ -5,18 +5,16 @@ crash class of unguarded scripts (and API gaps such code meets) cannot come back
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 from conftest import shm_entries
+from tests_support.scripts import run_script as run_as_script
 
 pytestmark = pytest.mark.slow
 
-CHECKOUT = str(Path(__file__).resolve().parents[1])
 
 # shared by the scripts: resume a pipeline from a checkpoint and compare with a full run
 RESUME = """
@@ -41,23 +39,13 @@ def check_resume(build, cut):
 def run_script(tmp_path: Path, body: str, timeout: float = 120) -> subprocess.CompletedProcess:
     script = tmp_path / "guide_example.py"
     script.write_text(textwrap.dedent(RESUME) + textwrap.dedent(body))
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("ZEPHON_NUM_WORKERS", "ZEPHON_RUNNER", "PYTHONPATH")}
-    env["PYTHONPATH"] = CHECKOUT
-    proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0, stderr[-4000:]
+    proc, code, stdout, stderr = run_as_script(script, tmp_path, timeout=timeout)
+    assert code == 0, stderr[-4000:]
     assert stdout.count("script body ran") == 1, stdout  # not imported again
     assert "bootstrapping" not in stderr
     # shared memory is named after the training process (others' tests may run meanwhile)
-    assert {n for n in shm_entries() if n.startswith(f"zephon_{proc.pid}_")} == set()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    assert {n for n in shm_entries() if n.startswith(f"zephon_{proc}_")} == set()
+    return subprocess.CompletedProcess([str(script)], code, stdout, stderr)
 
 
 def test_quick_start_shape_of_the_spec(tmp_path):

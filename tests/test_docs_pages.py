@@ -7,14 +7,12 @@ replaced by a generated corpus, a trained tokenizer and a local S3 server. A blo
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import shm_entries, write_corpus
+from tests_support.scripts import run_script
 
 pytestmark = pytest.mark.slow
 
@@ -101,23 +99,13 @@ def test_page_code_runs_as_a_script(page, docs_corpus, tokenizer_path, docs_buck
     client, s3_env = docs_bucket
     script = tmp_path / "page.py"
     script.write_text(script_of(page, docs_corpus, tokenizer_path))
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("ZEPHON_NUM_WORKERS", "ZEPHON_RUNNER", "PYTHONPATH")}
-    env.update(s3_env, PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path),
-               ZEPHON_CACHE_DIR=str(tmp_path / "node-cache"))
-    proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0, f"docs/{page} failed (script {script}):\n{err[-4000:]}"
+    proc, code, out, err = run_script(script, tmp_path, **s3_env, TMPDIR=str(tmp_path),
+                                      ZEPHON_CACHE_DIR=str(tmp_path / "node-cache"))
+    assert code == 0, f"docs/{page} failed (script {script}):\n{err[-4000:]}"
     for expected in EXPECTED_OUTPUT.get(page, []):
         assert expected in out, f"docs/{page} did not print {expected!r}:\n{out[-2000:]}"
     assert "bootstrapping" not in err  # the script was not imported again by a worker
-    assert {n for n in shm_entries() if n.startswith(f"zephon_{proc.pid}_")} == set()
+    assert {n for n in shm_entries() if n.startswith(f"zephon_{proc}_")} == set()
     if page == "guides/storage.md":  # it indexed and read the bucket
         keys = {o["Key"] for o in client.list_objects_v2(Bucket=BUCKET)["Contents"]}
         assert f"{PREFIX}/index.json" in keys

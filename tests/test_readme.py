@@ -4,14 +4,12 @@ the benchmark's and whose links lead somewhere; the object-storage walk-through 
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import shm_entries, write_corpus
+from tests_support.scripts import run_script
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -79,22 +77,12 @@ def test_the_readme_example_runs_as_a_plain_script(tokenizer_path, tmp_path):
     script.write_text(_with_data(_snippets(README.read_text())[0], corpus, tokenizer_path)
                       + "\nassert state['format'] == 'zephon-checkpoint'\n"
                         "assert (inputs['labels'] == -100).any()\n")
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("ZEPHON_NUM_WORKERS", "ZEPHON_RUNNER", "PYTHONPATH")}
-    env.update(PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path),
-               ZEPHON_CACHE_DIR=str(tmp_path / "node-cache"))
-    proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0, err[-4000:]
+    proc, code, out, err = run_script(script, tmp_path, TMPDIR=str(tmp_path),
+                                      ZEPHON_CACHE_DIR=str(tmp_path / "node-cache"))
+    assert code == 0, err[-4000:]
     assert "torch.Size([8, 2048])" in out
     assert "bootstrapping" not in err  # the script was not imported again by a worker
-    assert {n for n in shm_entries() if n.startswith(f"zephon_{proc.pid}_")} == set()
+    assert {n for n in shm_entries() if n.startswith(f"zephon_{proc}_")} == set()
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from zephon.engine.lanes.lane import apply_ops
 from zephon.engine.observe import metrics
 from zephon.engine.process import spawning
 from zephon.io.ahead import read_ahead
+from zephon.io.formats.jsonl_reader import release_parsed_pages
 from zephon.ops.base import OpContext, StageInfo
 
 
@@ -33,6 +34,7 @@ class StageActor:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false" if threads == 1 else "true")
         os.environ.setdefault("RAYON_NUM_THREADS", str(threads))
         read_ahead.disable()  # blocks of many lanes arrive in turn: the readers' guesses miss
+        release_parsed_pages()  # as in a worker process: parsed shard pages are not kept
         self.index = index
         self.ops = None
         self.setup_error: tuple[bytes, str] | None = None

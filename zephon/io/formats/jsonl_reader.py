@@ -318,8 +318,8 @@ _release_pages = False
 
 
 def release_parsed_pages() -> None:
-    """From now on, JSONL readers of this process unmap the pages they have parsed (a worker
-    process calls this when it starts; see ``JsonlShardReader._release``)."""
+    """From now on, JSONL readers of this process unmap the pages they have parsed (worker
+    processes and Ray actors call this when they start; see ``JsonlShardReader._release``)."""
     global _release_pages
     _release_pages = True
 

@@ -12,8 +12,8 @@ named by lane, chunk, offset and lineage, which no later operator changes); the 
 split document join back into its byte-level tokens. A packed row names its pieces in the
 hidden ``__recipe`` column (chunk, offset, lineage, token start and length).
 
-``batch(drop_last=True)`` (the default) drops the last short batch without a count: it is
-left out here (``drop_last=False``) and reported separately.
+``batch`` keeps the last short batch by default (``drop_last=False``); ``drop_last=True``
+counts it as ``short_batch`` (``tests/test_accounting.py``).
 """
 
 from __future__ import annotations

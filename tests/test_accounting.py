@@ -41,3 +41,27 @@ def test_counts_travel_with_the_operator_counters_and_are_named_by_dataset():
 def test_nothing_counted_means_no_summary():
     assert accounting.Ledger(["a"]).summary() is None
     assert accounting.Ledger(["a"]).snapshot() == {"by_dataset": {}, "records": 0, "tokens": 0}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_last_short_batch_is_kept_and_counted_when_dropped(workers):
+    from zephon import Pipeline
+    from zephon.io import Dataset
+    from zephon.work import StaticMixtureWorkSource
+
+    def pipeline(**kw):
+        ds = Dataset.from_dict("d", {0: [{"text": f"doc {i}"} for i in range(25)]})
+        ws = StaticMixtureWorkSource([ds], {"d": 1.0}, seed=0)
+        return Pipeline(ws).batch(10, **kw).options(num_workers=workers)
+
+    kept = pipeline()
+    assert [len(b) for b in kept] == [10, 10, 5]  # the default delivers the tail
+    assert kept.metrics_snapshot()["losses"]["records"] == 0
+    kept.close()
+    dropped = pipeline(drop_last=True)
+    with pytest.warns(RuntimeWarning, match="short_batch"):
+        sizes = [len(b) for b in dropped]
+    assert sizes == [10, 10]
+    losses = dropped.metrics_snapshot()["losses"]
+    dropped.close()
+    assert losses["by_dataset"]["d"]["short_batch"]["records"] == 5

@@ -256,6 +256,22 @@ class Block:
         return []
 
 
+def record_location(block: Block, i: int, datasets: list | None) -> tuple[str, str, int]:
+    """(dataset name, shard name, 1-based row) of record ``i``, for an error message; the ids
+    where ``datasets`` cannot name them."""
+    m = block.meta
+    d, s, row = int(m["dataset_id"][i]), int(m["shard_id"][i]), int(m["sample_idx"][i])
+    name, shard = str(d), str(s)
+    if datasets is not None and 0 <= d < len(datasets):
+        ds = datasets[d]
+        name = getattr(ds, "name", name)
+        try:
+            shard = ds.shard_name(s)
+        except (AttributeError, KeyError):
+            pass
+    return name, shard, row + 1
+
+
 def carry_hidden(src: Block, out: Block) -> Block:
     """Give ``out`` the hidden ``__`` columns of ``src`` (same rows, same order).
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from zephon.block import Block
+from zephon.block import Block, record_location
 from zephon.io.errors import DataError
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function", "ipython")
@@ -106,28 +106,13 @@ def checked_tools(value: Any, field: str) -> tuple[Any, str]:
     return list(value) or None, ""
 
 
-def where(block: Block, i: int, datasets: list | None) -> tuple[str, str, int]:
-    """(dataset name, shard name, 1-based row) of record ``i`` of a block."""
-    m = block.meta
-    d, s, row = int(m["dataset_id"][i]), int(m["shard_id"][i]), int(m["sample_idx"][i])
-    name, shard = str(d), str(s)
-    if datasets is not None and 0 <= d < len(datasets):
-        ds = datasets[d]
-        name = getattr(ds, "name", name)
-        try:
-            shard = ds.shard_name(s)
-        except (AttributeError, KeyError):
-            pass
-    return name, shard, row + 1
-
-
 def bad_conversation(block: Block, problems: list[str], datasets: list | None, op: str,
                      fix: str) -> DataError:
     """The error for the first bad record of a block (``problems``: "" where a record is
     fine), naming dataset, shard and row."""
     bad = [i for i, p in enumerate(problems) if p]
     i = bad[0]
-    name, shard, row = where(block, i, datasets)
+    name, shard, row = record_location(block, i, datasets)
     more = f"; {len(bad) - 1} more bad records in this block" if len(bad) > 1 else ""
     m = block.meta
     sample = (int(m["dataset_id"][i]), int(m["shard_id"][i]), int(m["sample_idx"][i]))

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from zephon.block import Block
+from zephon.block import Block, record_location
 from zephon.io.errors import DataError
 
 OK, MISSING, NULL, NOT_TEXT, NOT_UTF8 = 0, 1, 2, 3, 4
@@ -157,16 +157,8 @@ def bad_record_error(block: Block, status: np.ndarray, kind: str, field: str,
            if code in (MISSING, NULL) else
            "convert it with a map() before tokenize, or on_bad_record='skip' skips the record")
     more = f"; {len(bad) - 1} more bad records in this block" if len(bad) > 1 else ""
-    m = block.meta
-    d, s, row = int(m["dataset_id"][i]), int(m["shard_id"][i]), int(m["sample_idx"][i])
-    name, shard = str(d), str(s)
-    if datasets is not None and 0 <= d < len(datasets):
-        ds = datasets[d]
-        name = getattr(ds, "name", name)
-        try:
-            shard = ds.shard_name(s)
-        except (AttributeError, KeyError):
-            pass
-    message = f"tokenize: {what} (sample {(d, s, row)}; {fix}){more}"
+    name, shard, row = record_location(block, i, datasets)
+    sample = block.ids()[i]
+    message = f"tokenize: {what} (sample {sample}; {fix}){more}"
     cls = MissingFieldError if code in (MISSING, NULL) else DataError
-    return cls(message, dataset=name, shard=shard, row=row + 1)
+    return cls(message, dataset=name, shard=shard, row=row)

@@ -38,6 +38,7 @@ Rules every format keeps:
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
@@ -206,7 +207,7 @@ class BadRowReader(ShardReader, Protocol):
         ...
 
 
-class ShardFormat:
+class ShardFormat(ABC):
     """Base class of shard formats. Subclasses set ``name``, ``suffixes`` and ``capabilities``
     and define ``count`` and ``open``; the rest has defaults that fit a format of self-contained
     files read whole."""
@@ -239,18 +240,18 @@ class ShardFormat:
 
     # -- discovery ----------------------------------------------------------------------------
 
+    @abstractmethod
     def count(self, ref: ShardRef, res: Resources, *, keep: bool) -> ShardStats:
         """Rows of one shard from its footer or index, not its data, where the format allows.
         ``keep``: the shard will be read soon, so what counting had to fetch (a decoded copy, an
         index of the records) may stay in the node cache; ``build-index`` passes False."""
-        raise NotImplementedError(f"format {self.name!r} does not count shards")
 
     # -- reading ------------------------------------------------------------------------------
 
+    @abstractmethod
     def open(self, ref: ShardRef, res: Resources) -> ShardReader:
         """A reader of one shard in this process. ``ref.rows`` is the count found at discovery:
         a shard that holds another number is a DataError naming it (it changed since)."""
-        raise NotImplementedError(f"format {self.name!r} cannot open shards")
 
     def downloads_whole(self, ref: ShardRef, res: Resources) -> bool:
         """Whether opening the remote shard ``ref`` first copies it whole into the node cache

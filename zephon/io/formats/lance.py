@@ -42,9 +42,9 @@ from zephon.io.formats.base import (
     ShardRef,
     ShardStats,
 )
-from zephon.io.formats.rows_ahead import RowsAhead
+from zephon.io.formats.rows_ahead import RowsAhead, RowsAheadReader
 from zephon.io.storage.local_copy import whole_local_copy
-from zephon.payload_values import mark, payload_rows
+from zephon.payload_values import mark
 
 __all__ = ["LANCE", "LanceFormat", "LanceShardReader", "newest_manifest"]
 
@@ -111,7 +111,7 @@ def _check(meta: Any, where: str) -> tuple[str, str | None]:
     return data.path, f"_deletions/{fid}-{deletion.read_version}-{deletion.id}.arrow"
 
 
-class LanceShardReader:
+class LanceShardReader(RowsAheadReader):
     """One fragment's data file opened in this process; any rows, any order.
 
     Rows that lie within ``DENSE`` times their count (a run of the pointer stream, a shuffled
@@ -167,9 +167,6 @@ class LanceShardReader:
         found = self._read(rows) if started is None else started.result()
         return found if columns is None else found.select(columns)
 
-    def read_ahead_rows(self, rows: np.ndarray) -> None:
-        self._ahead.start(rows)
-
     def _read(self, rows: np.ndarray) -> pa.Table:
         """All columns of ``rows``, in their order."""
         if len(rows) and (rows.min() < 0 or rows.max() >= self.rows):
@@ -197,14 +194,6 @@ class LanceShardReader:
         if len(pick) != found.num_rows or (pick != np.arange(len(pick))).any():
             found = take_table(found, pick.astype(np.int64))
         return pa.Table.from_arrays(found.columns, schema=self._schema)
-
-    def read_payloads(self, rows: np.ndarray) -> list[dict]:
-        table = self.read_table(rows)
-        return payload_rows(table, table.column_names)
-
-    def close(self) -> None:
-        self._ahead.clear()
-        self._file = None
 
 
 class LanceFormat(ShardFormat):

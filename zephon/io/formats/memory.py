@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from zephon.io.formats.base import Resources, ShardFormat
+from zephon.io.formats.base import Resources, ShardFormat, ShardStats
 from zephon.io.formats.reader_checks import check_rows
 from zephon.io.formats.records import table_from_dicts
 
@@ -110,6 +110,11 @@ class MemoryShardRef:
 class MemoryFormat(ShardFormat):
     name = "memory"
     stored = False
+
+    def count(self, ref: MemoryShardRef, res: Resources, *,  # type: ignore[override]
+              keep: bool) -> ShardStats:
+        """The list's length; no stored bytes."""
+        return ShardStats(len(ref.shard), 0)
 
     def open(self, ref: MemoryShardRef, res: Resources) -> MemoryShardReader:  # type: ignore[override]
         return MemoryShardReader(ref.dataset, ref.shard_id, ref.shard)

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from zephon.io.ahead import read_ahead
 
-__all__ = ["RowsAhead"]
+__all__ = ["RowsAhead", "RowsAheadReader"]
 
 # reads held per reader: the engine hints one block ahead; a few more cover a block that reads
 # a shard in two runs and hints that were never followed by their read (a pipeline closed early)
@@ -61,3 +61,25 @@ class RowsAhead:
     def clear(self) -> None:
         with self._lock:
             self._held.clear()
+
+
+class RowsAheadReader:
+    """What the readers of such formats share (Vortex, Lance): each holds its file in
+    ``_file`` and the reads started ahead in ``_ahead``, and defines ``read_table``."""
+
+    _file: object
+    _ahead: RowsAhead
+    read_table: Callable[[np.ndarray], pa.Table]
+
+    def read_ahead_rows(self, rows: np.ndarray) -> None:
+        self._ahead.start(rows)
+
+    def read_payloads(self, rows: np.ndarray) -> list[dict]:
+        from zephon.payload_values import payload_rows
+
+        table = self.read_table(rows)
+        return payload_rows(table, table.column_names)
+
+    def close(self) -> None:
+        self._ahead.clear()
+        self._file = None

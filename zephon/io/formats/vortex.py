@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from zephon.io.errors import DataError
 from zephon.io.formats.base import Capabilities, Resources, ShardFormat, ShardRef, ShardStats
-from zephon.io.formats.rows_ahead import RowsAhead
+from zephon.io.formats.rows_ahead import RowsAhead, RowsAheadReader
 from zephon.io.storage.local_copy import whole_local_copy
 from zephon.payload_values import mark
 
@@ -66,7 +66,7 @@ def _open(ref: ShardRef, path: str) -> Any:
                         dataset=ref.dataset, shard=ref.display) from e
 
 
-class VortexShardReader:
+class VortexShardReader(RowsAheadReader):
     """One Vortex file opened in this process; any rows, any order.
 
     A read of rows that follow one another is one range scan (what the pointer stream gives
@@ -93,9 +93,6 @@ class VortexShardReader:
         if columns is None and (started := self._ahead.take(rows)) is not None:
             return started.result()
         return self._read(rows, columns)
-
-    def read_ahead_rows(self, rows: np.ndarray) -> None:
-        self._ahead.start(rows)
 
     def _read(self, rows: np.ndarray, columns: list[str] | None = None) -> pa.Table:
         if len(rows) and (rows.min() < 0 or rows.max() >= self.rows):
@@ -132,16 +129,6 @@ class VortexShardReader:
         if len(unique) == len(rows) and (unique == rows).all():
             return found
         return found.take(vx.array(pa.array(where.ravel().astype(np.uint64))))
-
-    def read_payloads(self, rows: np.ndarray) -> list[dict]:
-        from zephon.payload_values import payload_rows
-
-        table = self.read_table(rows)
-        return payload_rows(table, table.column_names)
-
-    def close(self) -> None:
-        self._ahead.clear()
-        self._file = None
 
 
 class VortexFormat(ShardFormat):

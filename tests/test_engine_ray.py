@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import psutil
 import pytest
@@ -335,6 +336,19 @@ def test_a_pipeline_connects_to_ray_itself_and_disconnects_at_its_end(cluster, c
             ray.init(address=cluster.address, logging_level=logging.WARNING)
 
 
+def _wait_gone(pid: int, timeout: float = 60.0) -> None:
+    """Until process ``pid`` has ended (a zombie counts as ended)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return
+        except psutil.NoSuchProcess:
+            return
+        assert time.monotonic() < deadline, f"the removed node's actor (pid {pid}) lives on"
+        time.sleep(0.05)
+
+
 @pytest.mark.slow
 def test_a_removed_node_is_survived(cluster, corpus_dir, tokenizer_path, caplog):
     """Last in the module: the cluster keeps one node after it."""
@@ -351,6 +365,9 @@ def test_a_removed_node_is_survived(cluster, corpus_dir, tokenizer_path, caplog)
         got.append(_sig(next(it)))
     with caplog.at_level(logging.WARNING, logger="zephon.engine"):
         cluster.remove_node(doomed, allow_graceful=False)
+        # the actor's process outlives its raylet for a moment, and serves calls that reach it
+        # directly meanwhile: the stream goes on only once the node's actor is really gone
+        _wait_gone(on_it[0].where["pid"])
         got += [_sig(x) for x in it]
     assert got == want
     assert p.metrics_snapshot()["ray"]["replaced"] >= 1

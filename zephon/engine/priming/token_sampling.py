@@ -9,6 +9,7 @@ import hashlib
 import json
 import math
 import sys
+from collections import deque
 
 import numpy as np
 import pyarrow as pa
@@ -21,8 +22,13 @@ from zephon.work.token_estimation import mean_bytes_per_sample
 
 
 def _seed(ds) -> int:
-    text = json.dumps(ds.identity() if ds.url is not None else ds.name, sort_keys=True,
-                      default=str)
+    """The calibration sample's seed: what the records are (format, shard names within the
+    dataset, rows, bytes), not where they lie or when they were written, so that the same
+    data copied elsewhere is sampled alike and gives the same stream."""
+    ident = ds.identity() if ds.url is not None else ds.name
+    if isinstance(ident, dict):
+        ident = {k: v for k, v in ident.items() if k not in ("url", "versions")}
+    text = json.dumps(ident, sort_keys=True, default=str)
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
 
 
@@ -102,27 +108,44 @@ def measure(ds, d: int, fetch, pre: list, tok, te, show: bool = False) -> cal.Es
     sample = cal.Sample(population=int(ds.total()), x_mean=known)
     two_phase = field is not None and known is None
     scan_rows = cal.SCAN_ROWS if two_phase else cal.CLUSTER_ROWS
-    pending: list[tuple[np.ndarray, Block | None]] = []  # scanned, not tokenized: lengths, records
-    add_a = add_b = cal.FIRST_CLUSTERS * scan_rows
+    # scanned clusters with sub-clusters not tokenized yet: [lengths, records, sub-cluster starts]
+    pending: deque[list] = deque()
+    order = np.random.default_rng(seed)  # which sub-clusters of a scanned cluster, in turn
+    add_a, add_b = cal.FIRST_CLUSTERS * scan_rows, cal.FIRST_CLUSTERS * cal.CLUSTER_ROWS
+    # no more records than a sample may tokenize: all of them, and the figure is exact (a few
+    # long documents can hide from a sample of a small dataset, and its stated precision too)
+    whole = sample.population <= te.calibration_samples
+    if whole:
+        n_shards = len(ids)
     est = None
     for _ in range(cal.MAX_ROUNDS):
-        want = -(-(add_a if two_phase else add_b) // scan_rows)
-        if want and cal.free_slots(ids, counts, n_shards, taken, scan_rows) < want:
+        before = (len(sample.x_a), len(sample.t_b))
+        need_b = sys.maxsize if whole else -(-add_b // cal.CLUSTER_ROWS)  # sub-clusters
+        budget = sys.maxsize if whole else add_b  # records
+        if whole:
+            want = cal.free_slots(ids, counts, n_shards, taken, scan_rows)  # every record
+        elif two_phase:  # enough scanned clusters for phase A, and for phase B to draw from
+            short = need_b - sum(len(p[2]) for p in pending)
+            want = max(-(-add_a // scan_rows), -(-short // (scan_rows // cal.CLUSTER_ROWS)))
+        else:
+            want = need_b - len(pending)
+        if want > 0 and cal.free_slots(ids, counts, n_shards, taken, scan_rows) < want:
             # the shards sampled so far are used up: spread over more of the catalog
             n_shards = min(len(ids), max(2 * n_shards, n_shards + 1))
-        for x, part in _scan(ds, d, fetch, pre, field, known, ids, counts, n_shards, want,
-                             seed, taken, scan_rows):
+        for x, part in _scan(ds, d, fetch, pre, field, known, ids, counts, n_shards,
+                             max(want, 0), seed, taken, scan_rows):
             if two_phase:
                 sample.x_a.append(x)
-            pending.append((x, part))
-        for x, part in _take_for_tokens(pending, -(-add_b // cal.CLUSTER_ROWS), two_phase):
+            subs = np.arange(0, len(x), cal.CLUSTER_ROWS)
+            pending.append([x, part, list(order.permutation(subs)) if two_phase else [0]])
+        for x, part in _take_for_tokens(pending, budget):
             tokened = part
             if tok is not None and part is not None and te.measure is None:
                 tokened = apply_ops([tok], part)
             sample.t_b.append(_per_pointer(tokened, len(x), _tokens(tokened, te)))
             sample.x_b.append(x)
-        if not sample.t_b:
-            break
+        if not sample.t_b or (len(sample.x_a), len(sample.t_b)) == before:
+            break  # nothing left to read or tokenize: the estimate stands as it is
         est = cal.estimate(sample, te.confidence, with_lengths=field is not None)
         if show:
             print(f"\rzephon: estimating tokens per record of {ds.name!r}: "
@@ -159,16 +182,22 @@ def _scan(ds, d, fetch, pre, field, known, ids, counts, n_shards, n_clusters, se
     return [(x[lo:hi], _rows(block, lo, hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
-def _take_for_tokens(pending: list, n: int, two_phase: bool) -> list:
-    """The next ``n`` clusters to tokenize: whole scanned clusters, or (two phases) the first
-    ``CLUSTER_ROWS`` records of the next scanned clusters, one sub-cluster from each."""
+def _take_for_tokens(pending: deque, budget: int) -> list:
+    """Sub-clusters of at most ``CLUSTER_ROWS`` records, ``budget`` records in all (the last
+    one cut to fit: ``calibration_samples`` is a promise), round-robin over the scanned
+    clusters (one from each in turn, at seeded positions), so that the tokenized phase is not
+    held to one sub-cluster per scanned cluster: a dataset is tokenized as far as the
+    precision asks."""
     out = []
-    while pending and len(out) < n:
-        x, part = pending.pop(0)
-        if two_phase:
-            k = min(cal.CLUSTER_ROWS, len(x))
-            x, part = x[:k], _rows(part, 0, k)
-        out.append((x, part))
+    while pending and budget > 0:
+        entry = pending.popleft()
+        x, part, subs = entry
+        lo = int(subs.pop())
+        hi = min(lo + cal.CLUSTER_ROWS, len(x), lo + budget)
+        budget -= hi - lo
+        out.append((x[lo:hi], _rows(part, lo, hi)))
+        if subs:
+            pending.append(entry)
     return out
 
 

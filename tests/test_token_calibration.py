@@ -131,3 +131,16 @@ def test_the_same_data_elsewhere_is_sampled_alike(tmp_path, tokenizer_path):
     assert first["source"] == second["source"] == "measured"  # not one from the other's cache
     assert first["tokenized"] < 3000
     assert second["tokens_per_record"] == first["tokens_per_record"]
+
+
+@pytest.mark.parametrize("cap", [20, 64, 100])
+def test_calibration_samples_caps_the_tokenized_records_from_the_first_round(tmp_path,
+                                                                             tokenizer_path,
+                                                                             cap):
+    synthetic.write_dataset(tmp_path, "web", 3000, n_shards=6, fmt="parquet", seed=2,
+                            mean_words=120)
+    with pytest.warns(UserWarning, match="'web' (is within ±|has no known precision)"):
+        info = prime(tmp_path, tokenizer_path, "web",
+                     te=TokenEstimation(calibration_samples=cap, max_scanned=cap * 4))
+    assert 0 < info["tokenized"] <= cap
+    assert info["scanned"] <= cap * 4 + 512  # whole clusters of 512, the last one too

@@ -242,8 +242,11 @@ def measured_figure(ds, d: int, fetch, pre: list, tok, te, show: bool = False) -
     if not est.mean_tokens > 0 or not bytes_per_sample:
         return None
     if est.rel_half_width > te.precision:
-        warnings.warn(f"token estimate of dataset {ds.name!r} is within ±"
-                      f"{est.rel_half_width:.1%} only (asked {te.precision:.1%}) after "
+        within = (f"is within ±{est.rel_half_width:.1%} only"
+                  if math.isfinite(est.rel_half_width)
+                  else "has no known precision (too few clusters to tell)")
+        warnings.warn(f"token estimate of dataset {ds.name!r} {within} (asked "
+                      f"{te.precision:.1%}) after "
                       f"tokenizing {est.n_b} and scanning {est.n_a} records: raise "
                       "TokenEstimation(calibration_samples=..., max_scanned=...)", stacklevel=5)
     return {"tokens_per_byte": est.mean_tokens / bytes_per_sample,

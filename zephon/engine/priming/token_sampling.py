@@ -111,7 +111,8 @@ def measure(ds, d: int, fetch, pre: list, tok, te, show: bool = False) -> cal.Es
     # scanned clusters with sub-clusters not tokenized yet: [lengths, records, sub-cluster starts]
     pending: deque[list] = deque()
     order = np.random.default_rng(seed)  # which sub-clusters of a scanned cluster, in turn
-    add_a, add_b = cal.FIRST_CLUSTERS * scan_rows, cal.FIRST_CLUSTERS * cal.CLUSTER_ROWS
+    add_a = min(cal.FIRST_CLUSTERS * scan_rows, te.max_scanned)  # the caps hold from round one
+    add_b = min(cal.FIRST_CLUSTERS * cal.CLUSTER_ROWS, te.calibration_samples)
     # no more records than a sample may tokenize: all of them, and the figure is exact (a few
     # long documents can hide from a sample of a small dataset, and its stated precision too)
     whole = sample.population <= te.calibration_samples

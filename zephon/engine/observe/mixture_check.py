@@ -8,6 +8,15 @@ in the unit the target is in — tokens for a token mixture (a token-aware sourc
 ``window`` units; a window whose share of some dataset is off by more than ``tolerance``
 (absolute) gives one warning per run. The final, partial window is not judged (the end of a
 stream drains buffers in whatever order is left). Per batch it costs one small vector add.
+
+A token window is only as fine as the records in it: 1M tokens hold five or six books of 35k
+tokens, so a dataset of long documents swings by several points from one window to the next
+with nothing wrong. So a token window is stretched (up to ``MAX_STRETCH`` times) until it
+should hold ``min_records`` records of every dataset that has delivered any (their mean
+tokens per record so far tells), and a dataset is only called off target when its window
+*and* the running mean of its windows (weight ``SMOOTHING`` on the newest) are both off: a
+skew that stays (drops, an exhausted dataset, a full buffer) is said in its first window, a
+swing of a few long records is not.
 """
 
 from __future__ import annotations
@@ -22,11 +31,15 @@ from zephon.ops.ensure_mixture import EnsureMixtureOp
 
 DEFAULT_TOLERANCE = 0.05
 DEFAULT_WINDOW = {"tokens": 1 << 20, "records": 10_000}
+MIN_RECORDS = 50  # records of each dataset a token window should hold before it is judged
+MAX_STRETCH = 16  # a token window grows to at most this many times ``window``
+SMOOTHING = 0.5  # weight of the newest window in the running mean of window shares
 
 
 class MixtureCheck:
     def __init__(self, names: Sequence[str], target: Mapping[int, float], unit: str,
-                 tolerance: float, window: int, hints: Callable[[int, float, float], str]) -> None:
+                 tolerance: float, window: int, hints: Callable[[int, float, float], str],
+                 min_records: int = MIN_RECORDS) -> None:
         if unit not in DEFAULT_WINDOW:
             raise ValueError(f"mixture unit must be 'tokens' or 'records', got {unit!r}")
         if tolerance < 0 or window < 1:
@@ -45,6 +58,11 @@ class MixtureCheck:
         self.total = 0  # sum of ``counts``, kept as a Python int: a numpy sum per batch cost more
         self.warned = False
         self.windows = 0  # windows judged so far
+        self.min_records = int(min_records)
+        # records and tokens delivered per dataset over the run: mean tokens per record
+        self.run_records = np.zeros(len(self.names), dtype=np.int64)
+        self.run_tokens = np.zeros(len(self.names), dtype=np.int64)
+        self.smoothed: np.ndarray | None = None  # running mean of the judged windows' shares
 
     def add(self, records: np.ndarray | None, tokens: np.ndarray | None,
             n_records: int | None = None) -> None:
@@ -56,15 +74,32 @@ class MixtureCheck:
         self.counts += part
         self.total += n_records if n_records is not None and part is records \
             else int(part.sum())
-        if self.total >= self.window:
+        if self.unit == "tokens" and records is not None:
+            self.run_records += records
+            self.run_tokens += tokens
+        if self.total >= self.window and self._fine_enough():
             self._judge()
+
+    def _fine_enough(self) -> bool:
+        """Whether the window holds enough records of each dataset to be judged (always for
+        a record window, and once it has been stretched ``MAX_STRETCH`` times)."""
+        if self.unit != "tokens" or self.total >= self.window * MAX_STRETCH:
+            return True
+        seen = (self.run_records > 0) & (self.target > 0)
+        if not seen.any():
+            return True
+        mean = self.run_tokens[seen] / self.run_records[seen]
+        return bool((self.target[seen] * self.total / mean >= self.min_records).all())
 
     def _judge(self) -> None:
         counts, self.counts = self.counts, np.zeros_like(self.counts)
         self.total = 0
         self.windows += 1
         shares = counts / counts.sum()
+        self.smoothed = shares if self.smoothed is None else \
+            SMOOTHING * shares + (1 - SMOOTHING) * self.smoothed
         off = np.abs(shares - self.target)
+        off[np.abs(self.smoothed - self.target) <= self.tolerance] = 0.0  # a passing swing
         # the furthest off; of equal ones the short one, whose loss is usually the story
         d = int(np.argmax(off + 1e-9 * (shares < self.target)))
         if off[d] <= self.tolerance:

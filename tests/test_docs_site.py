@@ -161,6 +161,8 @@ def _title(page) -> str:
 
 
 def test_in_a_browser_pages_navigation_search_and_chart(served, browser):
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     start = time.monotonic()
     page = browser.new_page()
     errors: list[str] = []
@@ -185,10 +187,24 @@ def test_in_a_browser_pages_navigation_search_and_chart(served, browser):
     # search (client-side: a web worker over search_index.json) finds the checkpoint guide
     page.goto(served)
     page.locator("label.md-search__icon, input.md-search__input").first.click()
-    page.locator("input.md-search__input").fill("restore")
+    # the search index is built by a web worker: slow on a loaded machine (CI shares its
+    # cores), and a query typed before it is ready is not run again once it is (with two busy
+    # loops beside it the results never came): wait for it, then type, and type again if the
+    # worker was still settling
+    meta = page.locator(".md-search-result__meta")
+    page.wait_for_function(
+        "el => el && !/initializ/i.test(el.textContent)", arg=meta.element_handle(),
+        timeout=180_000)
     results = page.locator("li.md-search-result__item")
-    # the search index is built by a web worker: slow on a loaded machine (CI shares its cores)
-    results.first.wait_for(timeout=60_000)
+    for attempt in range(6):
+        page.locator("input.md-search__input").fill("")
+        page.locator("input.md-search__input").press_sequentially("restore")
+        try:
+            results.first.wait_for(timeout=20_000)
+            break
+        except PlaywrightTimeout:
+            if attempt == 5:
+                raise
     hrefs = [a.get_attribute("href") or "" for a in page.locator(
         "li.md-search-result__item a").all()]
     assert any("guides/checkpointing/" in h for h in hrefs), hrefs

@@ -65,3 +65,31 @@ def test_the_last_short_batch_is_kept_and_counted_when_dropped(workers):
     losses = dropped.metrics_snapshot()["losses"]
     dropped.close()
     assert losses["by_dataset"]["d"]["short_batch"]["records"] == 5
+
+
+def test_a_loss_counted_in_every_pass_says_how_often_the_dataset_was_read(tmp_path, caplog):
+    """One bad line in a small dataset read three times over is skipped three times: the
+    end-of-run line says so, instead of leaving "code: 3 records" to puzzle over."""
+    import json
+    import logging
+
+    from zephon import Pipeline
+    from zephon.io import Dataset
+    from zephon.work import StaticMixtureWorkSource
+
+    (tmp_path / "code").mkdir()
+    with open(tmp_path / "code" / "a.jsonl", "wb") as f:
+        for i in range(9):
+            f.write((json.dumps({"text": f"code {i}"}) + "\n").encode())
+        f.write(b'{"text": "bad \xff bytes"}\n')
+    web = Dataset.from_dict("web", {0: [{"text": f"web {i}"} for i in range(90)]})
+    code = Dataset.from_path("code", tmp_path / "code", on_bad_record="skip")
+    ws = StaticMixtureWorkSource([code, web], {"code": 0.25, "web": 0.75}, seed=0)
+    p = Pipeline(ws).batch(8).options(num_workers=0)
+    with caplog.at_level(logging.WARNING, logger="zephon"), \
+            pytest.warns(RuntimeWarning, match="bad_record"):
+        list(p)
+    lost = p.metrics_snapshot()["losses"]["by_dataset"]["code"]["bad_record"]["records"]
+    assert lost == 3
+    (line,) = [r.getMessage() for r in caplog.records if "not delivered whole" in r.getMessage()]
+    assert "code: 3 records" in line and "read over again: code 3.0 times" in line

@@ -159,9 +159,18 @@ class Ledger:
             total_t += toks
         return {"by_dataset": per, "records": total_r, "tokens": total_t}
 
-    def summary(self) -> str | None:
-        """One line for the end of a pass, None when nothing was counted."""
+    def summary(self, passes: dict[int, float] | None = None) -> str | None:
+        """One line for the end of a pass, None when nothing was counted. ``passes``: how many
+        times over each dataset was read (records drawn / its records), where known: a dataset
+        read 34 times skips its one bad line 34 times, and the line says why the count is 34."""
         if not self.losses.counts:
             return None
-        return "zephon: not delivered whole in this run — " + " | ".join(
+        line = "zephon: not delivered whole in this run — " + " | ".join(
             self.describe(op, reason, final=True) for op, reason in sorted(self.warned))
+        lossy = sorted({d for (_, _, d) in self.losses.counts})
+        again = [f"{self._name(d)} {passes[d]:.1f} times" for d in lossy
+                 if passes and passes.get(d, 0.0) >= 1.05]
+        if again:
+            line += (" (read over again: " + ", ".join(again) + "; what a pass loses is "
+                     "counted in every pass)")
+        return line

@@ -170,13 +170,28 @@ class Session:
                     if choice is not None and self._switch(choice):
                         it = iter(self.engine)
             self._gather_counters()
-            summary = obs.ledger.summary()
+            summary = obs.ledger.summary(self._passes())
             if summary is not None:  # the end of the stream: what was not delivered whole
                 log.warning("%s", summary)
         finally:
             if obs.progress is not None:
                 obs.progress.close()
             self.close()
+
+    def _passes(self) -> dict[int, float]:
+        """Records drawn (delivered + counted as lost) per dataset over its records, where
+        the work source tells its datasets' sizes."""
+        from zephon.engine.observe.mixture_check import dataset_size
+
+        obs, out = self.observer, {}
+        lost: dict[int, int] = {}
+        for (_, _, d), (recs, _) in obs.ledger.losses.counts.items():
+            lost[d] = lost.get(d, 0) + recs
+        for d in lost:
+            size = dataset_size(self.spec.work_source, d)
+            if size and 0 <= d < len(obs.records):
+                out[d] = (int(obs.records[d]) + lost[d]) / size
+        return out
 
     def _counters(self):
         """(operator registry, records delivered), up to date: what the tuner measures."""

@@ -157,7 +157,7 @@ def likely_cause(observer: Any, ws: Any, mixer: Any, d: int, have: float, want: 
         said = "; ".join(f"{op} counted {recs:,} records / {toks:,} tokens as '{reason}'"
                          for op, reason, recs, toks in lost)
         return f"Likely cause: records of {name!r} were not delivered whole ({said})."
-    size = _size(ws, d)
+    size = dataset_size(ws, d)
     if have < want and size:
         delivered = int(observer.records[d])
         if delivered >= size:
@@ -174,7 +174,7 @@ def likely_cause(observer: Any, ws: Any, mixer: Any, d: int, have: float, want: 
             "ensure_mixture() after it keeps the shares.")
 
 
-def _size(ws: Any, d: int) -> int | None:
+def dataset_size(ws: Any, d: int) -> int | None:
     """Records of dataset ``d`` per pass, when the work source's datasets tell it."""
     by_id = getattr(ws, "datasets_by_id", None)
     ds = by_id.get(d) if isinstance(by_id, Mapping) else None

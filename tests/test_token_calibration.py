@@ -144,3 +144,21 @@ def test_calibration_samples_caps_the_tokenized_records_from_the_first_round(tmp
                      te=TokenEstimation(calibration_samples=cap, max_scanned=cap * 4))
     assert 0 < info["tokenized"] <= cap
     assert info["scanned"] <= cap * 4 + 512  # whole clusters of 512, the last one too
+
+
+def test_long_documents_are_measured_from_a_few_of_them(tmp_path, tokenizer_path):
+    """Clusters hold about 64 KB of text: a dataset of 40 KB documents is sampled a document or
+    so at a time, not 32 (which tokenized 9M tokens of books to learn one figure)."""
+    base = synthetic.documents(64, seed=1, mean_words=300)
+    rng = np.random.default_rng(0)  # 300 documents of ~40 KB: 12 MB, too much to measure whole
+    docs = [" ".join(base[j] for j in rng.integers(0, 64, 20)) for _ in range(300)]
+    (tmp_path / "books").mkdir()
+    with open(tmp_path / "books" / "a.jsonl", "w") as f:
+        for d in docs:
+            f.write(json.dumps({"text": d}) + "\n")
+    info = prime(tmp_path, tokenizer_path, "books")
+    assert cal.cluster_rows(40_000) == (1, 16)
+    assert info["tokenized"] <= 64 and info["precision"] <= 0.01
+    truth = true_tokens_per_record(Dataset.from_path("books", tmp_path / "books"),
+                                   tokenizer_path)
+    assert abs(info["tokens_per_record"] / truth - 1) <= max(info["precision"], 0.002)

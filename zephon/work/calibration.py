@@ -31,6 +31,20 @@ import numpy as np
 
 CLUSTER_ROWS = 32  # consecutive rows tokenized together (phase B, or the only phase)
 SCAN_ROWS = 512  # consecutive rows whose length is measured together (phase A)
+# clusters hold about this much text: 32 records of 2 KB, fewer of longer ones (one book of
+# 130 KB is a cluster of its own), so that a dataset of long documents is not tokenized by the
+# megabyte to learn what a few of them tell
+CLUSTER_BYTES = 64 * 1024
+WHOLE_BYTES = 8 << 20  # a dataset this small (and within calibration_samples) is measured whole
+
+
+def cluster_rows(mean_bytes: float | None) -> tuple[int, int]:
+    """(rows of a tokenized cluster, rows of a scanned cluster) for records of ``mean_bytes``
+    on average (None: unknown, the defaults)."""
+    if not mean_bytes or mean_bytes <= 0:
+        return CLUSTER_ROWS, SCAN_ROWS
+    rows = max(1, min(CLUSTER_ROWS, int(CLUSTER_BYTES / mean_bytes)))
+    return rows, rows * (SCAN_ROWS // CLUSTER_ROWS)
 FIRST_CLUSTERS = 8  # clusters of each phase in the first round
 MAX_ROUNDS = 6
 

@@ -44,7 +44,8 @@ class TokenEstimation:
             measured).
         measure: ``payload -> token count`` to use instead of the pipeline's tokenizer.
         calibration_samples: At most this many records are tokenized per dataset (a
-            dataset with no more records than this is tokenized whole: its figure is exact).
+            dataset with no more records than this, and at most 8 MiB of text, is tokenized
+            whole: its figure is exact).
         calibration_shards_min: Fewest shards the sample is drawn from.
         calibration_shards_max: Most shards the sample is drawn from.
         fallback_tokens_per_byte: The figure used (with a warning) when a dataset cannot be

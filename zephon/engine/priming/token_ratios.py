@@ -11,8 +11,8 @@ charges). Where the figure comes from, first found first:
    machine, or a restart measured it already;
 4. a measurement: ``zephon/work/calibration.py`` samples clusters of records until the estimate
    is within ``TokenEstimation.precision`` (1% at 95% by default), tokenizing only a few hundred
-   of them (a dataset of at most ``calibration_samples`` records is tokenized whole); the
-   result goes into the node cache.
+   of them (a dataset of at most ``calibration_samples`` records and 8 MiB is tokenized
+   whole); the result goes into the node cache.
 
 The cache key is the dataset's identity (format, location, shard names, row counts, sizes and
 versions), the fingerprints of the operators up to and including ``tokenize`` (the tokenizer

@@ -107,27 +107,31 @@ def measure(ds, d: int, fetch, pre: list, tok, te, show: bool = False) -> cal.Es
              else None)
     sample = cal.Sample(population=int(ds.total()), x_mean=known)
     two_phase = field is not None and known is None
-    scan_rows = cal.SCAN_ROWS if two_phase else cal.CLUSTER_ROWS
+    mean_bytes = mean_bytes_per_sample(ds)
+    rows_b, rows_a = cal.cluster_rows(mean_bytes)
+    scan_rows = rows_a if two_phase else rows_b
     # scanned clusters with sub-clusters not tokenized yet: [lengths, records, sub-cluster starts]
     pending: deque[list] = deque()
     order = np.random.default_rng(seed)  # which sub-clusters of a scanned cluster, in turn
     add_a = min(cal.FIRST_CLUSTERS * scan_rows, te.max_scanned)  # the caps hold from round one
-    add_b = min(cal.FIRST_CLUSTERS * cal.CLUSTER_ROWS, te.calibration_samples)
-    # no more records than a sample may tokenize: all of them, and the figure is exact (a few
-    # long documents can hide from a sample of a small dataset, and its stated precision too)
-    whole = sample.population <= te.calibration_samples
+    add_b = min(cal.FIRST_CLUSTERS * rows_b, te.calibration_samples)
+    # no more records than a sample may tokenize, and little text: all of them, and the figure
+    # is exact (a few long documents can hide from a sample of a small dataset, and its stated
+    # precision with them)
+    whole = (sample.population <= te.calibration_samples
+             and (mean_bytes or 0) * sample.population <= cal.WHOLE_BYTES)
     if whole:
         n_shards = len(ids)
     est = None
     for _ in range(cal.MAX_ROUNDS):
         before = (len(sample.x_a), len(sample.t_b))
-        need_b = sys.maxsize if whole else -(-add_b // cal.CLUSTER_ROWS)  # sub-clusters
+        need_b = sys.maxsize if whole else -(-add_b // rows_b)  # sub-clusters
         budget = sys.maxsize if whole else add_b  # records
         if whole:
             want = cal.free_slots(ids, counts, n_shards, taken, scan_rows)  # every record
         elif two_phase:  # enough scanned clusters for phase A, and for phase B to draw from
             short = need_b - sum(len(p[2]) for p in pending)
-            want = max(-(-add_a // scan_rows), -(-short // (scan_rows // cal.CLUSTER_ROWS)))
+            want = max(-(-add_a // scan_rows), -(-short // (scan_rows // rows_b)))
         else:
             want = need_b - len(pending)
         if want > 0 and cal.free_slots(ids, counts, n_shards, taken, scan_rows) < want:
@@ -137,9 +141,9 @@ def measure(ds, d: int, fetch, pre: list, tok, te, show: bool = False) -> cal.Es
                              max(want, 0), seed, taken, scan_rows):
             if two_phase:
                 sample.x_a.append(x)
-            subs = np.arange(0, len(x), cal.CLUSTER_ROWS)
+            subs = np.arange(0, len(x), rows_b)
             pending.append([x, part, list(order.permutation(subs)) if two_phase else [0]])
-        for x, part in _take_for_tokens(pending, budget):
+        for x, part in _take_for_tokens(pending, budget, rows_b):
             tokened = part
             if tok is not None and part is not None and te.measure is None:
                 tokened = apply_ops([tok], part)
@@ -183,8 +187,8 @@ def _scan(ds, d, fetch, pre, field, known, ids, counts, n_shards, n_clusters, se
     return [(x[lo:hi], _rows(block, lo, hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
-def _take_for_tokens(pending: deque, budget: int) -> list:
-    """Sub-clusters of at most ``CLUSTER_ROWS`` records, ``budget`` records in all (the last
+def _take_for_tokens(pending: deque, budget: int, rows: int = cal.CLUSTER_ROWS) -> list:
+    """Sub-clusters of at most ``rows`` records, ``budget`` records in all (the last
     one cut to fit: ``calibration_samples`` is a promise), round-robin over the scanned
     clusters (one from each in turn, at seeded positions), so that the tokenized phase is not
     held to one sub-cluster per scanned cluster: a dataset is tokenized as far as the
@@ -194,7 +198,7 @@ def _take_for_tokens(pending: deque, budget: int) -> list:
         entry = pending.popleft()
         x, part, subs = entry
         lo = int(subs.pop())
-        hi = min(lo + cal.CLUSTER_ROWS, len(x), lo + budget)
+        hi = min(lo + rows, len(x), lo + budget)
         budget -= hi - lo
         out.append((x[lo:hi], _rows(part, lo, hi)))
         if subs:

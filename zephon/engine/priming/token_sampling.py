@@ -103,11 +103,10 @@ def measure(ds, d: int, fetch, pre: list, tok, te, show: bool = False) -> cal.Es
     # JSONL only: a record's stored size (its line) adds up exactly to the catalog's decoded
     # bytes, so their mean over the whole dataset is known; other formats with record sizes
     # (tar members) leave headers and padding out of them, which would bias the ratio
-    known = (mean_bytes_per_sample(ds) if field is not None and set(ds.formats()) == {"jsonl"}
-             else None)
+    mean_bytes = mean_bytes_per_sample(ds)
+    known = mean_bytes if field is not None and set(ds.formats()) == {"jsonl"} else None
     sample = cal.Sample(population=int(ds.total()), x_mean=known)
     two_phase = field is not None and known is None
-    mean_bytes = mean_bytes_per_sample(ds)
     rows_b, rows_a = cal.cluster_rows(mean_bytes)
     scan_rows = rows_a if two_phase else rows_b
     # scanned clusters with sub-clusters not tokenized yet: [lengths, records, sub-cluster starts]

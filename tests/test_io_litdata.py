@@ -18,16 +18,7 @@ from zephon.io.inspector import DatasetInspector, inspect_main
 litdata = pytest.importorskip("litdata")
 torch = pytest.importorskip("torch")
 
-# (records, optimize keywords): uncompressed, zstd frames (today's default), whole-file zstd
-# (older litData), Arrow rows, and a PyTree that is not one dict
-KINDS = {
-    "plain": (litdata_records.record, {}),
-    "zstd-frames": (litdata_records.record, {"compression": "zstd"}),
-    "zstd-file": (litdata_records.record, {"compression": "zstd",
-                                           "compression_level": "chunk"}),
-    "arrow-rows": (litdata_records.text, {"compression": "zstd"}),
-    "pytree": (litdata_records.nested, {}),
-}
+KINDS = litdata_records.KINDS
 
 
 def _optimize(root, fn, n: int = 60, **kw) -> None:

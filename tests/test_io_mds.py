@@ -11,35 +11,18 @@ import fsspec
 import numpy as np
 import pytest
 from format_checks import assert_same_records, assert_stream_exact, flat, one_epoch
-from tests_support.mds_streaming import streaming_base
+from tests_support import mds_streaming
 
 from zephon.io import DataError, Dataset, ShardPrefetcher
 from zephon.io.formats import mds
 from zephon.io.inspector import DatasetInspector, inspect_main
 
 Image = pytest.importorskip("PIL.Image")
-sb = streaming_base()
+sb = mds_streaming.streaming_base()
 if sb is None:
     pytest.skip("mosaicml-streaming is not installed", allow_module_level=True)
 
-COLUMNS = {"id": "int", "text": "str", "blob": "bytes", "score": "float32", "n": "int64",
-           "tokens": "ndarray:int32", "patch": "ndarray:uint8:2,3", "any": "ndarray",
-           "meta": "json", "big": "str_int", "ratio": "str_float", "price": "str_decimal",
-           "photo": "jpeg", "mask": "png"}
-IMAGES = ("photo", "mask")
-
-
-def _record(i: int) -> dict:
-    rng = np.random.default_rng(i)
-    return {"id": i, "text": f"doc {i} " + "é" * (i % 5), "blob": bytes([i % 256]) * (i % 9),
-            "score": np.float32(i / 7), "n": np.int64(-i * 3), "tokens":
-            rng.integers(0, 50_000, 1 + i % 13, dtype=np.int32),
-            "patch": np.full((2, 3), i % 256, dtype=np.uint8),
-            "any": rng.random((1 + i % 3, 4)).astype(np.float64),
-            "meta": {"i": i, "tags": ["a", "b"][: i % 3], "w": None if i % 2 else i / 2},
-            "big": 10**20 + i if i % 4 == 0 else i, "ratio": i / 3, "price": Decimal(f"{i}.50"),
-            "photo": Image.fromarray(rng.integers(0, 255, (4, 5, 3), dtype=np.uint8)),
-            "mask": Image.fromarray(np.full((3, 3), i % 256, dtype=np.uint8))}
+COLUMNS, IMAGES, _record = mds_streaming.COLUMNS, mds_streaming.IMAGES, mds_streaming.record
 
 
 def _write(root, compression: str | None, n: int = 60) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from format_checks import assert_stream_exact, flat, one_epoch
-from tests_support.reference_canon import canon, decoded_images, key_of
+from tests_support.reference_canon import canon, canon_key, decoded_images, key_of
 
 from zephon.io import Dataset
 
@@ -47,8 +47,7 @@ def fixture(request, tmp_path_factory):
 
 
 def _same(got: list, expected: list) -> None:
-    got = sorted((canon(decoded_images(r)) for r in got),
-                 key=lambda c: c["id"][1] if isinstance(c, dict) else c[1][1])
+    got = sorted((canon(decoded_images(r)) for r in got), key=canon_key)
     assert len(got) == len(expected)
     for g, e in zip(got, expected):
         assert g == e

@@ -47,3 +47,15 @@ def bench_text(i: int) -> dict:
              "kappa"]
     text = " ".join(words[(i * 7 + k * 3) % len(words)] for k in range(330))
     return {"id": i, "text": text, "meta": f'{{"i": {i}}}'}
+
+
+# (records, optimize keywords) of the litData tests and reference fixtures: uncompressed, zstd
+# frames (today's default), whole-file zstd (older litData), Arrow rows, and a PyTree that is
+# not one dict
+KINDS = {
+    "plain": (record, {}),
+    "zstd-frames": (record, {"compression": "zstd"}),
+    "zstd-file": (record, {"compression": "zstd", "compression_level": "chunk"}),
+    "arrow-rows": (text, {"compression": "zstd"}),
+    "pytree": (nested, {}),
+}

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-IMAGE_FIELDS = ("photo", "mask")  # the MDS fixtures' image columns
+from tests_support.mds_streaming import IMAGES as IMAGE_FIELDS  # the MDS image columns
 
 
 def canon(value: Any) -> Any:
@@ -44,3 +44,8 @@ def decoded_images(record: Any) -> Any:
 def key_of(record: Any) -> int:
     """The record's id: the ``id`` field, or a tuple's first leaf."""
     return int(record[0] if isinstance(record, tuple) else record["id"])
+
+
+def canon_key(c: Any) -> int:
+    """The id of a record in its canonical form (``canon``'s output)."""
+    return c["id"][1] if isinstance(c, dict) else c[1][1]

@@ -254,9 +254,9 @@ def test_token_calibration_leaves_padding_out(tmp_path):
 
 
 def test_encoding_goes_in_bounded_calls_with_the_same_result(tokenizer_path):
-    """A block's texts are encoded ENCODE_DOCS at a time (one call's ``Encoding`` objects for
-    a 1,024-document block took ~60 MB, kept by glibc in every worker); ids are the same as
-    one call's."""
+    """A block's texts are encoded ``encode_docs()`` at a time (one call's ``Encoding`` objects
+    for a 1,024-document block took ~60 MB, kept by glibc in every worker); ids are the same
+    as one call's."""
     from tokenizers import Tokenizer
 
     from zephon.tokens import tokenizer_source as ts
@@ -269,11 +269,27 @@ def test_encoding_goes_in_bounded_calls_with_the_same_result(tokenizer_path):
             calls.append(len(texts))
             return real.encode_batch(texts, add_special_tokens=add_special_tokens)
 
-    texts = synthetic.documents(3 * ts.ENCODE_DOCS + 5, seed=3, mean_words=20)
+    step = ts.encode_docs()
+    texts = synthetic.documents(3 * step + 5, seed=3, mean_words=20)
     tok = ts.LoadedTokenizer(ts.TokenizerSpec("json"), backend=Counting())
     offsets, values = tok.encode(texts)
-    assert calls == [ts.ENCODE_DOCS] * 3 + [5]
+    assert calls == [step] * 3 + [5]
     whole = real.encode_batch(texts, add_special_tokens=False)
     assert values.tolist() == [i for e in whole for i in e.ids]
     assert np.diff(offsets).tolist() == [len(e.ids) for e in whole]
     assert tok.encode([])[0].tolist() == [0] and len(tok.encode([])[1]) == 0
+
+
+def test_a_call_gives_each_tokenizer_thread_its_share(monkeypatch):
+    """The tokenizer's pool splits a call's documents over its threads: a call carries
+    ``ENCODE_DOCS_PER_THREAD`` per thread (64 at least), and 64 when the pool is off."""
+    from zephon.tokens import tokenizer_source as ts
+
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "true")
+    monkeypatch.setenv("RAYON_NUM_THREADS", "16")
+    assert ts.encode_docs() == 16 * ts.ENCODE_DOCS_PER_THREAD
+    monkeypatch.setenv("RAYON_NUM_THREADS", "2")
+    assert ts.encode_docs() == ts.ENCODE_DOCS
+    monkeypatch.setenv("RAYON_NUM_THREADS", "16")
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    assert ts.encode_docs() == ts.ENCODE_DOCS

@@ -154,6 +154,14 @@ def markdown(payload: dict[str, Any]) -> str:
     if payload.get("padding"):
         parts += ["", "W4 padding fraction (target: best_fit below the reference's):", "",
                   padding_table(payload["padding"], p.padding_batches)]
+    if payload.get("feed"):
+        from zephon.bench import feed
+
+        rows = payload["feed"][0].get("rows", 8)
+        parts += ["", f"Feed: a training step holds its core T ms per batch of {rows} x 2,048 "
+                  "tokens (W2's pipeline); the loop's data wait after its third step, and its "
+                  "longest wait after the first batch (target: default <= 2%, <= 50 ms, within "
+                  "noise of the best fixed setting):", "", feed.table(payload["feed"])]
     return "\n".join(parts) + "\n"
 
 

@@ -9,7 +9,9 @@ W2 tokenize -> shuffle -> pack_flat(2049, best_fit) -> batch(8); W3 checkpoint a
 W2 (plus a sweep of checkpoint size over chunk sizes and training lengths); W4 pack + batch(8)
 over pre-tokenized Parquet (plus the padding fraction of each packer); W5 supervised
 fine-tuning: tokenize_chat (assistant-only loss) -> pack 2049 -> batch(8), against TRL's data
-path, a hand-written DataLoader and the tokenizer alone (``zephon/bench/chat.py``).
+path, a hand-written DataLoader and the tokenizer alone (``zephon/bench/chat.py``); feed: W2's
+pipeline feeding a simulated training step that holds its core T ms per batch, with default
+options and fixed worker counts (``zephon/bench/feed.py``).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def parse_args(argv: list[str] | None):
     size.add_argument("--quick", action="store_true",
                       help="20k documents, 3 repeats, short runs (< 5 minutes on 2 cores)")
     size.add_argument("--tiny", action="store_true", help="a smoke test: seconds, not figures")
-    ap.add_argument("--workloads", default=",".join(suite.WORKLOADS),
+    ap.add_argument("--workloads", default=",".join([*suite.WORKLOADS, "feed"]),
                     help="comma-separated subset of %(default)s")
     ap.add_argument("--systems", default=",".join(suite.SYSTEMS),
                     help="comma-separated subset of %(default)s")
@@ -51,6 +53,12 @@ def parse_args(argv: list[str] | None):
                     help="steady-state seconds measured by one run (W1, W4)")
     ap.add_argument("--w2-seconds", type=float, default=None, help="the same for W2")
     ap.add_argument("--formats", default=None, help="W1's formats (default jsonl,parquet)")
+    ap.add_argument("--feed-step-ms", default="20,70,200",
+                    help="feed: the simulated training step's time on its core, ms")
+    ap.add_argument("--feed-rows", type=int, default=8, help="feed: rows of 2,048 tokens a batch")
+    ap.add_argument("--feed-workers", default=None,
+                    help="feed: settings besides the default, e.g. 0,1 (default: --workers "
+                    "and one worker per core but one)")
     ap.add_argument("--no-sweep", action="store_true", help="skip W3's checkpoint-size sweep")
     ap.add_argument("--no-install", action="store_true",
                     help="do not create the reference's virtualenv if it is missing")
@@ -100,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                             formats=tuple(_csv(args.formats)) if args.formats else None)
     wl, systems = _csv(args.workloads), _csv(args.systems)
     _same_allocator_for_all()
-    bad = sorted(set(wl) - set(suite.WORKLOADS)) + sorted(set(systems) - set(suite.SYSTEMS))
+    bad = sorted(set(wl) - {*suite.WORKLOADS, "feed"}) + sorted(set(systems) - set(suite.SYSTEMS))
     if bad:
         print(f"unknown workload/system: {bad}", file=sys.stderr)
         return 2
@@ -119,9 +127,20 @@ def main(argv: list[str] | None = None) -> int:
     # in-process caller (the tests) its cache back as it was
     saved_limit = row_group_cache().limit_bytes
     try:
-        results = suite.collect(corpus, params, workers, wl, systems, log)
+        results = suite.collect(corpus, params, workers, [w for w in wl if w != "feed"],
+                                systems, log)
         payload: dict = {"params": params.as_dict(), "corpus": spec.__dict__,
                          "results": results}
+        if "feed" in wl and "zephon" in systems:
+            from zephon.bench import feed
+            from zephon.engine.autotune import default_workers
+
+            fixed = [int(w) for w in _csv(args.feed_workers or "")] or sorted(
+                {*workers, default_workers()})
+            log("feed: a training step holding its core T ms per batch ...")
+            payload["feed"] = feed.collect(corpus, params, ["auto", *fixed],
+                                           [float(t) for t in _csv(args.feed_step_ms)],
+                                           args.feed_rows, log)
         if "W3" in wl and not args.no_sweep:
             log("W3 checkpoint sweep ...")
             payload["checkpoints"] = suite.checkpoint_sweeps(corpus, params, systems, log)
@@ -140,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     (out / "bench.md").write_text(md)
     print("\n" + md)
     try:
-        report.draw_chart(results, out / "bench.png")
+        if results:  # the feed alone has no chart
+            report.draw_chart(results, out / "bench.png")
     except ImportError:
         print("matplotlib is not installed: no chart", file=sys.stderr)
     print(f"wrote {out / 'bench.json'}, bench.md, bench.png in "

@@ -1,34 +1,42 @@
 """``num_workers="auto"`` (the default): choose the runner and worker count by measuring.
 
-Where a pipeline's time goes decides what runs it fastest. Worker processes pay for every
-record they move (the coordinator's ordering and batching, frames through shared memory: a few
-microseconds of CPU per record) and take cores from the training loop; they win when the
-stateless stage is heavy (tokenizing, Python maps) and lose when it is only Arrow decoding,
-which the inline engine already overlaps on read-ahead threads, or when the training loop itself
-is busy (reading ``batch.records``, a step on the CPU). On 2 cores the seed's own loop over
-Parquet ran 2-3x slower with 2 worker processes than inline.
+The one figure that matters on a training node is whether the training loop ever waits for
+data. A training step holds its core (it launches kernels, then synchronizes), so the tuner
+never takes that core: worker processes number at most one fewer than the cores while the
+caller's loop keeps a core busy, and an inline engine, which can only compute between the
+loop's steps, gives way to processes as soon as the loop is seen waiting for it.
 
-So the tuner starts with a guess from the plan (fetch/decode only: inline; anything else:
-processes on every core), then measures a window of the real stream after the first batch:
-the stateless stage's busy time per record (the operators' own counters, from whichever
-process ran them; inline, scaled by the share of a core the training thread got, so that
-other jobs on the machine do not make a stage look heavier than its CPU), and how much of the wall time the consumer (the caller's loop, between two
-batches) kept to itself. It then decides:
+The start is a guess from the plan and the machine:
 
-- inline, stateless stage heavier than ``heavy_us()`` per record (twice that when it only
-  reads and decodes) -> processes;
-- processes, stateless stage lighter than half of that -> inline;
-- processes on every core while the consumer is busy more than half the time -> one worker
-  fewer, so the training process keeps its core.
+- one core, or a daemonic process (a DataLoader worker): inline, settled;
+- a stateless stage that runs Python or tokenizes: worker processes, one per core but the
+  training loop's (``default_workers``);
+- a stage that only reads and decodes: inline on up to ``LIGHT_INLINE_CORES`` cores (the inline
+  engine overlaps Arrow decoding on read-ahead threads; on 2 cores it beat worker processes
+  2-3x on Parquet), worker processes on more.
 
-A switch is then measured in turn, and undone when the new engine delivers less than 90% of
-the records per second the old one did (a stage's wall time per record, which the decision
-rests on, inflates on a machine shared with other jobs); after that the tuner is settled.
+It then measures a window of the real stream after the first batch: the stateless stage's CPU
+per record (the operators' own busy time, from whichever processes ran them, over the window or,
+when a slow loop left the workers idle in it, over the run; inline, scaled by
+the share of a core the training thread got, so that other jobs on the machine do not make a
+stage look heavier than its CPU), the share of wall time the caller's loop kept between batches
+(``consumer``) and the share it spent waiting for them (``wait``). It decides:
 
-A switch never changes the data: it happens between two batches the caller has received, and
-the next engine starts from the lanes' states at exactly that point, as ``restore()`` from a
-checkpoint taken there would (the records a stateful operator held are fetched again, and the
-operators' counters count the few blocks redone). What was chosen and why is in ``explain()``.
+- inline, the loop busy and waiting more than ``WAIT_OK`` of its time -> processes
+  (``default_workers``): inline work happens between the loop's steps, never beside them;
+- inline, the loop idle, the stage heavier than ``heavy_us()`` per record (twice that when it
+  only reads and decodes) -> processes on every core;
+- processes, the loop idle, the stage lighter than half of that -> inline (on up to
+  ``LIGHT_INLINE_CORES`` cores).
+
+A switch of runner never stalls the stream: the new engine starts beside the running one from
+the lanes' states at the unit where the decision was taken (``restore()`` from a checkpoint
+taken there would do the same), drops every unit the running engine delivers meanwhile, and
+takes over at the first unit it has ready before the running engine (``session.EngineRace``);
+a candidate that does not catch up within ``RACE_S`` was not faster, and is dropped. Either way
+the stream is the same, unit for unit. Each new engine is measured in turn, up to
+``MAX_DECISIONS`` decisions; then the tuner is settled. What was chosen and why is in
+``explain()`` and ``metrics_snapshot()["autotune"]``.
 """
 
 from __future__ import annotations
@@ -37,9 +45,14 @@ import os
 import time
 from dataclasses import dataclass
 
-WINDOW_S = 1.0  # wall time measured after the first batch before deciding
+WINDOW_S = 1.0  # wall time measured after the first batch (or a switch) before deciding
 MIN_UNITS = 4
-REVERT_BELOW = 0.9  # a switch that delivers less than this share of the rate before is undone
+MIN_STAGE_RECORDS = 256  # fewer through the stage in a window: its cost is read over the run
+BUSY = 0.5  # the loop kept at least this share of the wall time: it holds a core
+WAIT_OK = 0.02  # a loop that waits less than this share of its time for data is fed
+LIGHT_INLINE_CORES = 4  # a decode-only stage starts inline on up to this many cores
+RACE_S = 30.0  # a candidate engine that has not caught up by then is dropped
+MAX_DECISIONS = 3
 
 
 def usable_cores() -> int:
@@ -66,6 +79,15 @@ def default_workers(cores: int | None = None) -> int:
     return max(1, n - 1)
 
 
+def tokenizer_threads(workers: int, cores: int | None = None) -> int:
+    """Threads each worker process's tokenizer may run: the cores the workers leave the
+    training loop, shared out (one per worker when there is a worker per core). A tokenizer
+    that parallelises a call over its own threads then uses the cores a smaller pool leaves
+    idle, as a DataLoader's workers do."""
+    n = usable_cores() if cores is None else cores
+    return max(1, round((n - 1) / max(1, workers)))
+
+
 def heavy_us(cores: int) -> float:
     """Stateless-stage CPU per record above which worker processes beat inline. Calibrated on
     2 cores (fetch of 2 KB Parquet or JSONL records: 3-6 us, inline faster; tokenizing them:
@@ -84,9 +106,31 @@ class Choice:
         return "inline" if self.runner == "inline" else f"{self.runner} x{self.workers}"
 
 
+@dataclass(frozen=True)
+class Window:
+    """What one measured window saw."""
+
+    wall: float  # seconds
+    rate: float  # records delivered per second
+    stage_us: float  # CPU per record of the stateless stage, wherever it ran
+    consumer: float  # share of the wall time the caller's loop kept between batches
+    wait: float  # share of the wall time the caller's loop waited for batches
+
+    @property
+    def starved(self) -> float:
+        """Share of the loop's own time (its work plus its waits) spent waiting for data."""
+        return self.wait / max(1e-9, self.wait + self.consumer)
+
+    def facts(self) -> str:
+        return (f"over {self.wall:.1f}s: {self.rate:,.0f} records/s, stateless stage "
+                f"{self.stage_us:.1f} us of CPU/record, loop busy {self.consumer:.0%}, "
+                f"waiting {self.wait:.0%}")
+
+
 class AutoTuner:
     """Decides the engine of one session: ``first()`` before the stream, then ``observe()``
-    after every delivered unit until it returns a switch (or settles)."""
+    after every delivered unit; a returned ``Choice`` is the engine to move to (the session
+    races it against the running one), and ``concluded()`` says how that went."""
 
     def __init__(self, worker_ops: list, fixed_runner: str | None, cores: int | None = None,
                  window_s: float = WINDOW_S, cpu_clock=time.thread_time_ns) -> None:
@@ -105,8 +149,10 @@ class AutoTuner:
         self.history: list[str] = []
         self.current: Choice | None = None
         self.settled = False
-        self._start: tuple | None = None  # (t, consumer_ns, records, busy_ns, records_in)
-        self._before: tuple[Choice, float] | None = None  # (engine, rate) before a switch
+        self.pending: Choice | None = None  # a choice the session is trying (a race)
+        self.decisions = 0
+        self.last: Window | None = None
+        self._start: tuple | None = None
 
     def first(self) -> Choice:
         n = self.cores
@@ -114,88 +160,95 @@ class AutoTuner:
             why = ("one core: nothing to run beside the training loop" if n == 1 else
                    "this process is daemonic (a DataLoader worker) and may not start processes")
             choice, self.settled = Choice("inline", 0, why), True
-        elif self.fixed_runner is None and self.light:
+        elif self.fixed_runner is None and self.light and n <= LIGHT_INLINE_CORES:
             choice = Choice("inline", 0, "the stateless stage only reads and decodes, which "
                             "inline overlaps on read-ahead threads")
         else:
-            what = "runner='process' chosen" if self.fixed_runner else "the stateless stage " \
-                "runs Python or tokenizes"
-            choice = Choice("process", n, f"{what}: one worker per core to start")
+            what = ("runner='process' chosen" if self.fixed_runner else
+                    "the stateless stage only reads and decodes, on many cores" if self.light
+                    else "the stateless stage runs Python or tokenizes")
+            choice = Choice("process", default_workers(n),
+                            f"{what}: one worker per core but the training loop's")
         self.current = choice
         self.history.append(f"start {choice.label()}: {choice.why}")
         return choice
 
-    def observe(self, now: float, consumer_ns: int, units: int, counters) -> Choice | None:
+    def restart_window(self) -> None:
+        """Measure afresh from the next unit (a new engine took over)."""
+        self._start = None
+
+    def observe(self, now: float, consumer_ns: int, wait_ns: int, units: int,
+                counters) -> Choice | None:
         """Called after each delivered unit with running totals: monotonic seconds, the
-        consumer's time (ns) and units delivered so far; ``counters()`` gathers the session's
-        (operator registry, records delivered), called only at the window's ends. Returns the
-        engine to switch to, once, when measurement says so."""
-        if self.settled:
+        caller's time between batches and its time waiting for them (ns), units delivered;
+        ``counters()`` gathers the session's (operator registry, records delivered), called
+        only at the window's ends. Returns the engine to move to, when measurement says so."""
+        if self.settled or self.pending is not None:
             return None
         if self._start is None:  # the first unit: start-up is not a rate
             registry, records = counters()
-            self._start = (now, consumer_ns, units, records, *self._worker_stage(registry),
-                           self.cpu_clock())
+            self._start = (now, consumer_ns, wait_ns, units, records,
+                           *self._worker_stage(registry), self.cpu_clock())
             return None
-        t0, c0, u0, r0, b0, i0, cpu0 = self._start
+        t0, c0, w0, u0, r0, b0, i0, cpu0 = self._start
         wall = now - t0
         if wall < self.window_s or units - u0 < MIN_UNITS:
             return None
         registry, records = counters()
-        if self._before is not None:
-            return self._verify((records - r0) / wall, wall)
-        self.settled = True
         busy, rin = self._worker_stage(registry)
-        per_rec_us = (busy - b0) / 1e3 / max(1, rin - i0)
+        if rin - i0 >= MIN_STAGE_RECORDS:
+            stage_us = (busy - b0) / 1e3 / (rin - i0)
+        else:  # a loop slower than the stage: the workers idled, their buffers full
+            stage_us = busy / 1e3 / max(1, rin)
         if self.current.runner == "inline":
             # the stage ran on this thread: on a machine shared with other jobs its wall time
             # overstates its CPU by the share of a core the thread got
-            share = min(1.0, (self.cpu_clock() - cpu0) / 1e9 / wall)
-            per_rec_us *= share
-        consumer = (consumer_ns - c0) / 1e9 / wall
-        rate = (records - r0) / wall
-        cur = self.current
-        limit = heavy_us(self.cores)
-        facts = (f"over {wall:.1f}s: {rate:,.0f} records/s, stateless stage "
-                 f"{per_rec_us:.1f} us of CPU/record, consumer busy {consumer:.0%}")
-        new = None
-        if self.light:  # Arrow decoding: processes rarely pay on few cores (see the docstring)
-            limit *= 2
-        if cur.runner == "inline" and self.fixed_runner is None and per_rec_us > limit:
-            new = Choice("process", default_workers(self.cores) if consumer > 0.5 else
-                         self.cores, f"{facts}: the stateless stage is heavier than "
-                         f"{limit:.0f} us/record")
-        elif cur.runner == "process" and self.fixed_runner is None \
-                and per_rec_us < limit / 2:
-            new = Choice("inline", 0, f"{facts}: the stateless stage is lighter than "
-                         f"{limit / 2:.0f} us/record, not worth moving records between "
-                         "processes")
-        elif cur.runner == "process" and cur.workers >= 2 and cur.workers >= self.cores \
-                and consumer > 0.5:
-            new = Choice("process", cur.workers - 1, f"{facts}: the consumer needs its core")
+            stage_us *= min(1.0, (self.cpu_clock() - cpu0) / 1e9 / wall)
+        w = self.last = Window(wall, (records - r0) / wall, stage_us,
+                               (consumer_ns - c0) / 1e9 / wall, (wait_ns - w0) / 1e9 / wall)
+        self.decisions += 1
+        new = self._decide(w)
+        if new is None or self.decisions >= MAX_DECISIONS:
+            self.settled = True
         if new is None:
-            self.history.append(f"kept {cur.label()} ({facts})")
+            self.history.append(f"kept {self.current.label()} ({w.facts()})")
             return None
-        self.history.append(f"switched to {new.label()}: {new.why}")
-        self.current, self._before = new, (cur, rate)
-        self.settled, self._start = False, None  # measure the new engine too
+        self.pending = new
+        self._start = None
         return new
 
-    def _verify(self, rate: float, wall: float) -> Choice | None:
-        """After a switch: keep the new engine unless it delivers less than the one before
-        (the estimates a switch rests on are only estimates: on a machine shared with other
-        jobs a stage's time per record inflates), in which case go back to it. Settled."""
-        self.settled = True
-        before, before_rate = self._before
-        if rate >= REVERT_BELOW * before_rate:
-            self.history.append(f"kept {self.current.label()} ({rate:,.0f} records/s over "
-                                f"{wall:.1f}s against {before_rate:,.0f} before)")
+    def _decide(self, w: Window) -> Choice | None:
+        cur, n, free = self.current, self.cores, self.fixed_runner is None
+        limit = heavy_us(n) * (2 if self.light else 1)
+        busy = w.consumer >= BUSY
+        if cur.runner == "inline" and free and n >= 2:
+            if busy and w.starved > WAIT_OK:
+                return Choice("process", default_workers(n), f"{w.facts()}: the loop holds its "
+                              f"core and waited {w.starved:.1%} of its time; inline work runs "
+                              "between its steps only")
+            if not busy and w.stage_us > limit:
+                return Choice("process", n, f"{w.facts()}: the stateless stage is heavier "
+                              f"than {limit:.1f} us/record")
             return None
-        back = Choice(before.runner, before.workers, f"{self.current.label()} delivered "
-                      f"{rate:,.0f} records/s over {wall:.1f}s against {before_rate:,.0f}")
-        self.history.append(f"switched back to {back.label()}: {back.why}")
-        self.current = back
-        return back
+        if cur.runner != "process":
+            return None
+        if free and not busy and w.stage_us < limit / 2 and n <= LIGHT_INLINE_CORES:
+            return Choice("inline", 0, f"{w.facts()}: the stateless stage is lighter than "
+                          f"{limit / 2:.1f} us/record, not worth moving records between "
+                          "processes")
+        return None
+
+    def concluded(self, took_over: bool, facts: str) -> None:
+        """The session tried ``pending``: it took over (``True``) or was dropped."""
+        choice, self.pending = self.pending, None
+        if choice is None:
+            return
+        if took_over:
+            self.history.append(f"switched to {choice.label()}: {choice.why} ({facts})")
+            self.current = choice
+        else:
+            self.history.append(f"stayed {self.current.label()}: {choice.label()} {facts}")
+            self.settled = True
 
     def _worker_stage(self, registry) -> tuple[int, int]:
         """(busy ns of the stateless stage's operators, records into its first one)."""

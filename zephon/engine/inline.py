@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 from zephon.engine.lanes.lane import held_by_op, prepare, round_robin
 from zephon.engine.lanes.lane_plan import LanePlan
+from zephon.errors import EngineError
 from zephon.io.ahead import read_ahead
 from zephon.ops.base import OpContext, StageInfo
 from zephon.ops.fetch import FetchOp
@@ -22,6 +23,7 @@ class InlineEngine:
         ctx = OpContext(StageInfo(0, "inline", 0), worker_id=0, runner="inline")
         for op in lane_plan.plan.ops:
             op.setup(ctx)
+        self.closed = False
         self.runners = [lane_plan.runner(lane, self._prepared(lane), ctx)
                         for lane in lane_plan.lanes]
 
@@ -34,6 +36,8 @@ class InlineEngine:
             else None
         block = next(blocks, None)
         while block is not None:
+            if self.closed:  # never a flush: the stream did not end, it was abandoned
+                raise EngineError("this inline engine was closed")
             following = next(blocks, None)
             if hint is not None and following is not None:
                 hint(following)
@@ -50,4 +54,5 @@ class InlineEngine:
         return {r.lane_id: r.snapshot() for r in self.runners}
 
     def close(self) -> None:
+        self.closed = True  # a generator still iterated elsewhere (a dropped race) ends
         self.runners = []

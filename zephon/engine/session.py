@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from zephon.engine import autotune
 from zephon.engine.factory import engine_kind, make_engine
 from zephon.engine.lanes.chunk_source import engine_source
 from zephon.engine.lanes.lane_plan import LanePlan
@@ -45,14 +46,17 @@ class Session:
         self.kind, self.workers = engine_kind(opts)
         self.tuner = None
         if self.kind == "auto":
-            from zephon.engine.autotune import AutoTuner
-
             fixed = "process" if opts.resolve("runner")[0] == "process" else None
-            self.tuner = AutoTuner(self.plan.worker_ops, fixed)
+            self.tuner = autotune.AutoTuner(self.plan.worker_ops, fixed)
             choice = self.tuner.first()
             self.kind, self.workers = choice.runner, choice.workers
         self.options = opts
-        self.memory = self._plan_memory(self.kind, self.workers)  # refuses what cannot fit
+        # refuses what cannot fit
+        self.memory, self.options, self.spec, self.plan = self._memory_for(self.kind,
+                                                                            self.workers)
+        self.race = None  # a candidate engine racing the running one (``_move``)
+        self._race_target: tuple | None = None
+        self.race_limit_s = autotune.RACE_S
         if self.kind == "process":  # the fork server imports while this process primes
             from zephon.engine.observe.startup import warm_forkserver
 
@@ -74,46 +78,37 @@ class Session:
 
             self.restore_states = lane_states(pending, view_of(self.spec, self.topology))
 
-    def lane_plan(self) -> LanePlan:
-        topo = self.topology
-        restore = {lane: st for lane, st in self.restore_states.items()
-                   if st is not None and lane in topo.owned_lanes}
-        extra = {"prefetch": dict(self.spec.prefetch)} if self.spec.prefetch else {}
-        source = engine_source(self.spec.work_source, self.spec.options.get("mixture_config"),
-                               restore)
-        return LanePlan(self.plan, source, topo.owned_lanes,
-                        topo.canonical_replicas, self.micro, restore or None, extra)
-
-    def _plan_memory(self, kind: str, workers: int):
-        """Size slots and caches to ``memory_budget`` (when set) for this engine; the fetch
-        operator's datasets carry the row-group cache size to the processes that decode."""
+    def _memory_for(self, kind: str, workers: int):
+        """(memory plan, options, spec, compiled plan) for an engine of ``kind``: slots and
+        caches sized to ``memory_budget`` (when set); the fetch operator's datasets carry the
+        row-group cache size to the processes that decode. Raises ValueError when it cannot
+        fit; sets nothing."""
         from zephon.engine.plan.memory import SizedOptions, plan_memory
         from zephon.io.options import StoreOptions, resolve_store
 
-        base = self.spec.options
+        base, spec, compiled = self.spec.options, self.spec, self.plan
         io = base.explicit.get("io_options")
         store = StoreOptions.coerce(io)
         rg_fixed = ("limit_bytes" in store.parquet_rg_cache._given
                     or "rg_cache_bytes" in store.cache._given or store.parquet_rg_cache.enabled
                     is False or bool(os.environ.get("ZEPHON_RG_CACHE_BYTES", "").strip()))
-        plan = plan_memory(base, self.plan.worker_ops, self.plan.serial_ops, kind, workers,
+        plan = plan_memory(base, compiled.worker_ops, compiled.serial_ops, kind, workers,
                            self.micro, resolve_store(io).rg_cache_bytes, rg_fixed)
-        self.options = SizedOptions(base, plan.sized) if plan.sized else base
+        options = SizedOptions(base, plan.sized) if plan.sized else base
         rg = plan.sized.get("rg_cache_bytes")
         if rg is not None:  # the run's fetch reads through datasets with that cache size
             limit = {"parquet_rg_cache": {"limit_bytes": int(rg)}}
-            fetch = self.spec.fetch
-            self.spec = self.spec.with_fetch(fetch.with_datasets(
+            fetch = spec.fetch
+            spec = spec.with_fetch(fetch.with_datasets(
                 [ds.with_store_options(StoreOptions.coerce(
                     getattr(ds, "_store_options", None)).merged(limit))
                  if hasattr(ds, "with_store_options") else ds for ds in fetch.datasets]))
-            self.plan = compile_plan(self.spec.all_ops)
-        return plan
+            compiled = compile_plan(spec.all_ops)
+        return plan, options, spec, compiled
 
     def _make_engine(self):
-        # the Ray runner reads the options as given; the others as the memory plan sized them
-        options = self.spec.options if self.kind == "ray" else self.options
-        engine = make_engine(self.kind, self.workers, self.lane_plan(), options)
+        engine = self._engine_factory(self.kind, self.workers, self.options, self.spec,
+                                      self.plan, self.restore_states)()
         # the factory runs a process engine inline where no process may start (a daemonic
         # process): report what runs
         if engine.kind != self.kind:
@@ -146,7 +141,7 @@ class Session:
         sink = self._sink()
         it = iter(self.engine)
         counted = metrics.now()  # when counts were last gathered (losses are said promptly)
-        tuner, consumer_ns = self.tuner, 0
+        tuner, consumer_ns, wait_ns = self.tuner, 0, 0
         try:
             while True:
                 t0 = metrics.now()
@@ -154,6 +149,8 @@ class Session:
                 if unit is None:
                     break
                 t1 = metrics.now()
+                if self.race is not None:  # a unit the candidate need not hand over
+                    self.race.delivered()
                 obs.delivered(unit, t1 - t0)
                 if self.startup is None:
                     self._first_unit()
@@ -163,12 +160,17 @@ class Session:
                     counted = t0
                     self._gather_counters()
                 yield unit
+                if self.race is not None:
+                    taken = self._race_step()
+                    if taken is not None:
+                        it = taken
                 if tuner is not None and not tuner.settled:
                     consumer_ns += metrics.now() - t1
-                    choice = tuner.observe(time.monotonic(), consumer_ns, obs.units,
+                    wait_ns += t1 - t0
+                    choice = tuner.observe(time.monotonic(), consumer_ns, wait_ns, obs.units,
                                            self._counters)
-                    if choice is not None and self._switch(choice):
-                        it = iter(self.engine)
+                    if choice is not None:
+                        self._move(choice)
             self._gather_counters()
             summary = obs.ledger.summary(self._passes())
             if summary is not None:  # the end of the stream: what was not delivered whole
@@ -198,24 +200,66 @@ class Session:
         self._gather_counters()
         return self.observer.registry, int(self.observer.records.sum())
 
-    def _switch(self, choice) -> bool:
-        """Hand the stream over to the engine ``choice`` names, between two delivered units:
-        the new engine resumes every lane from its state after the last unit delivered, as a
-        restore from a checkpoint taken here would, so the stream goes on unchanged. False:
-        the memory budget holds the current engine only, which stays."""
+    def _move(self, choice) -> None:
+        """Go over to the engine ``choice`` names: it races the running engine from the lanes'
+        states after the last unit delivered and takes over once it is ahead
+        (``handover.EngineRace``); the stream goes on unchanged either way. The memory budget
+        may hold the current engine only, which stays."""
+        from zephon.engine.handover import EngineRace
+
+        tuner = self.tuner
         try:
-            self.memory = self._plan_memory(choice.runner, choice.workers)
+            memory, options, spec, plan = self._memory_for(choice.runner, choice.workers)
         except ValueError as e:
-            self.tuner.history.append(f"stayed: {choice.label()} would not fit ({e})")
-            return False
-        self._gather_counters()  # the old engine's counts, before it goes
+            tuner.concluded(False, f"would not fit ({e})")
+            return
         states = self.lane_states()
+        make = self._engine_factory(choice.runner, choice.workers, options, spec, plan, states)
+        # a process engine is made here (its coordinator starts at once and the user's
+        # operators are pickled while this thread alone touches them); an inline one re-derives
+        # what the lanes held, which takes a while: on the race's thread
+        engine = make() if choice.runner != "inline" else None
+        self.race = EngineRace(make, self.race_limit_s, engine)
+        self._race_target = (choice, states, memory, options, spec, plan)
+        log.info("zephon: starting %s beside %s: %s", choice.label(), self.kind, choice.why)
+
+    def _race_step(self):
+        """After each unit the running engine delivered during a race: the candidate's
+        iterator when it has taken over, else None."""
+        race = self.race
+        taken = race.take()
+        if taken is None:
+            if race.lost:
+                self.race = None
+                race.drop()
+                self.tuner.concluded(False, race.why_lost())
+            return None
+        engine, it = taken
+        choice, states, memory, options, spec, plan = self._race_target
+        self._gather_counters()  # the old engine's counts, before it goes
         self.engine.close()
-        self.restore_states = states
-        self.kind, self.workers = choice.runner, choice.workers
-        log.info("zephon: switching to %s: %s", choice.label(), choice.why)
-        self.engine = self._make_engine()
-        return True
+        self.race = self._race_target = None
+        self.engine, self.restore_states = engine, states
+        self.kind, self.workers = engine.kind, (choice.workers if engine.kind != "inline" else 0)
+        self.memory, self.options, self.spec, self.plan = memory, options, spec, plan
+        self.tuner.concluded(True, f"took over after {race.behind} units")
+        self.tuner.restart_window()
+        log.info("zephon: %s took over: %s", choice.label(), choice.why)
+        return it
+
+    def _engine_factory(self, kind: str, workers: int, options, spec, plan, states):
+        def make():
+            restore = {lane: st for lane, st in states.items()
+                       if st is not None and lane in self.topology.owned_lanes}
+            extra = {"prefetch": dict(spec.prefetch)} if spec.prefetch else {}
+            source = engine_source(spec.work_source, spec.options.get("mixture_config"),
+                                   restore)
+            lane_plan = LanePlan(plan, source, self.topology.owned_lanes,
+                                 self.topology.canonical_replicas, self.micro, restore or None,
+                                 extra)
+            return make_engine(kind, workers, lane_plan,
+                               spec.options if kind == "ray" else options)
+        return make
 
     def _first_unit(self) -> None:
         """Freeze the start-up breakdown: where the time to the first unit went."""
@@ -292,6 +336,11 @@ class Session:
         return {lane: states.get(lane) for lane in self.topology.owned_lanes}
 
     def close(self) -> None:
+        if self.race is not None:
+            race, self.race = self.race, None
+            race.drop()
+            if self.tuner is not None:
+                self.tuner.concluded(False, "the stream was closed first")
         if self.engine is not None and self.final_states is None:
             self.final_states = self.lane_states()
             self.engine.close()

@@ -26,8 +26,22 @@ FALLBACK = "__fallback__"
 # Documents per call of the tokenizer: an ``Encoding`` holds ~100 bytes per token (ids, type
 # ids, token strings, offsets, masks), so a 1,024-document block of 2 KB texts made ~60 MB at
 # once, which glibc then kept in every worker's heap (W2 worker: ~30 MB more PSS); calls of 64
-# documents measured as fast, on one thread and on the tokenizer's pool alike.
+# documents measured as fast on one thread. The tokenizer's pool splits a call's documents
+# over its threads, so a call gets ``ENCODE_DOCS_PER_THREAD`` per thread (at least 64): with
+# 64 documents on 16 threads, the longest of each thread's four decided the call.
 ENCODE_DOCS = 64
+ENCODE_DOCS_PER_THREAD = 16
+
+
+def encode_docs() -> int:
+    """Documents per tokenizer call for this process's tokenizer pool."""
+    if os.environ.get("TOKENIZERS_PARALLELISM", "").lower() in ("false", "0", "off", "no"):
+        return ENCODE_DOCS
+    try:
+        threads = int(os.environ.get("RAYON_NUM_THREADS") or 0) or (os.cpu_count() or 1)
+    except ValueError:
+        threads = os.cpu_count() or 1
+    return max(ENCODE_DOCS, ENCODE_DOCS_PER_THREAD * threads)
 
 
 @dataclass(frozen=True)
@@ -206,8 +220,9 @@ class LoadedTokenizer:
         batch = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
         lengths = np.zeros(len(texts), dtype=np.int64)
         parts = []
-        for at in range(0, len(texts), ENCODE_DOCS):
-            encs = batch(texts[at:at + ENCODE_DOCS], add_special_tokens=add_special_tokens)
+        step = encode_docs()
+        for at in range(0, len(texts), step):
+            encs = batch(texts[at:at + step], add_special_tokens=add_special_tokens)
             n = lengths[at:at + len(encs)]
             n[:] = np.fromiter((len(e) for e in encs), dtype=np.int64, count=len(encs))
             parts.append(np.fromiter(itertools.chain.from_iterable(e.ids for e in encs),

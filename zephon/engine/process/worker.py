@@ -29,6 +29,7 @@ from collections import deque
 import numpy as np
 
 from zephon.arrow_memory import arrow_without_pandas, use_decode_pool
+from zephon.engine.autotune import tokenizer_threads
 from zephon.engine.failures import RemoteError, pack_exception
 from zephon.engine.lanes.lane import apply_ops
 from zephon.engine.observe import metrics
@@ -65,10 +66,13 @@ def worker_main(conn, spec: dict) -> None:
     shm.created.clear()  # a forked worker inherits the coordinator's list: not ours to unlink
     cleanup.watch(spec["parent"], cleanup.init_child(f"worker {index}", on_exit,
                                                      spec["log_level"]))
-    # a worker is one core's worth of work: libraries that would start a thread per core in
-    # every worker (the tokenizers' Rust pool) would oversubscribe the machine N-fold
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("RAYON_NUM_THREADS", "1")
+    # the tokenizers' Rust pool starts a thread per core in every process: the workers share
+    # out the cores they leave the training loop instead (one each when there is a worker per
+    # core), so a small pool still tokenizes on every core and a large one does not
+    # oversubscribe the machine N-fold
+    threads = tokenizer_threads(spec["workers"])
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true" if threads > 1 else "false")
+    os.environ.setdefault("RAYON_NUM_THREADS", str(threads))
     # likewise: no guesses of the shard readers; only the row groups the coordinator says this
     # worker owns are decoded ahead, on one thread (``_serve``, "decode_ahead")
     read_ahead.disable()

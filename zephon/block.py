@@ -256,6 +256,68 @@ class Block:
         return []
 
 
+class RowsOf(Block):
+    """Rows ``start:stop`` of ``parent`` as a block that is sliced only when first looked at.
+
+    Batches are cut from a pushed block many at a time, and on their way to the training
+    process most are never looked at one by one: consecutive batches of one parent travel as
+    that parent's rows (``origin``), and the training loop often reads a batch's tensors only.
+    Slicing each one eagerly (its meta columns, lineage and Arrow payload) was most of the
+    serial stage's cost per batch. ``len()`` and ``origin`` need no slicing.
+    """
+
+    __slots__ = ("_stop", "_ready")
+
+    def __init__(self, parent: Block, start: int, stop: int, is_batch: bool = False) -> None:
+        # the base's slots stay unset until ``_fill``; the properties below read through it
+        object.__setattr__(self, "_ready", False)
+        _SPARSE.__set__(self, parent.sparse)
+        _IS_BATCH.__set__(self, is_batch)
+        _ORIGIN.__set__(self, (parent, start))
+        self._stop = stop
+
+    def _fill(self) -> None:
+        parent, start = _ORIGIN.__get__(self)
+        part = parent.slice(start, self._stop)
+        _META.__set__(self, part.meta)
+        _LINEAGE.__set__(self, part.lineage)
+        _PAYLOAD.__set__(self, part.payload)
+        self._ready = True
+
+    def _get(slot):  # noqa: N805 - builds the properties below
+        def get(self):
+            if not self._ready:
+                self._fill()
+            return slot.__get__(self)
+
+        def set_(self, value):
+            if not self._ready:
+                self._fill()
+            slot.__set__(self, value)
+        return property(get, set_)
+
+    meta = _get(Block.__dict__["meta"])
+    lineage = _get(Block.__dict__["lineage"])
+    payload = _get(Block.__dict__["payload"])
+    del _get
+
+    def __len__(self) -> int:
+        return self._stop - _ORIGIN.__get__(self)[1]
+
+    def __reduce__(self):  # pickles as the plain block it stands for
+        return (_plain_block, (Block.__getstate__(self),))
+
+
+_META, _LINEAGE, _PAYLOAD = (Block.__dict__[k] for k in ("meta", "lineage", "payload"))
+_SPARSE, _IS_BATCH, _ORIGIN = (Block.__dict__[k] for k in ("sparse", "is_batch", "origin"))
+
+
+def _plain_block(state: tuple) -> Block:
+    b = Block.__new__(Block)
+    b.__setstate__(state)
+    return b
+
+
 def record_location(block: Block, i: int, datasets: list | None) -> tuple[str, str, int]:
     """(dataset name, shard name, 1-based row) of record ``i``, for an error message; the ids
     where ``datasets`` cannot name them."""

@@ -21,6 +21,9 @@ IpcTransport = Literal["socketpair", "pipe"]
 KNOWN_OPTIONS: dict[str, Any] = {
     # engine shape
     "runner": None, "num_workers": None, "max_workers": None, "per_stage_runner": None,
+    # where worker processes' serial stage runs: "auto", "process" (a coordinator process of
+    # its own) or "training" (the training process: engine/process/engine.py DirectEngine)
+    "coordinator": None,
     "worker_allocation": "fit_to_ops", "mp_context": None, "start_method": None,
     "deterministic": True, "micro_batch_size": None,
     # queues and memory
@@ -55,13 +58,18 @@ KNOWN_OPTIONS: dict[str, Any] = {
 }
 
 RUNNERS = ("process", "threads", "inline", "ray")
+COORDINATORS = ("auto", "process", "training")
+
+
+def _choice(text: str, values: tuple[str, ...]) -> str:
+    value = text.strip().lower()
+    if value not in values:
+        raise ValueError(f"must be one of {', '.join(values)}")
+    return value
 
 
 def _runner(text: str) -> str:
-    value = text.strip().lower()
-    if value not in RUNNERS:
-        raise ValueError(f"must be one of {', '.join(RUNNERS)}")
-    return value
+    return _choice(text, RUNNERS)
 
 
 # Options that are counts, with their smallest value (None: any int). ``options()`` takes ints;
@@ -103,6 +111,7 @@ def _workers(text: str) -> int | str:
 ENV_OPTIONS: dict[str, tuple[str, Any]] = {
     "runner": ("ZEPHON_RUNNER", _runner),
     "num_workers": ("ZEPHON_NUM_WORKERS", _workers),
+    "coordinator": ("ZEPHON_COORDINATOR", lambda text: _choice(text, COORDINATORS)),
     "prefetch_batches": ("ZEPHON_PREFETCH_BATCHES", _env_int("prefetch_batches")),
     "start_method": ("ZEPHON_START_METHOD", str),
     "shm_slot_bytes": ("ZEPHON_SHM_SLOT_BYTES", _env_size),
@@ -121,6 +130,7 @@ ENV_OPTIONS: dict[str, tuple[str, Any]] = {
 # the runner and worker count are measured in the first seconds (zephon/engine/autotune.py)
 COMPUTED_DEFAULTS: dict[str, Any] = {
     "num_workers": lambda: "auto",
+    "coordinator": lambda: "auto",
     "prefetch_batches": lambda: 8,
     "start_method": lambda: "forkserver",
     "shm_slot_bytes": lambda: 4 << 20,  # a 1024-record block of 2 KB texts is ~2 MiB
@@ -161,6 +171,11 @@ class RuntimeOptions:
             return check_int(value, f"options({name}=...)", INT_OPTIONS[name])
         if name in SIZE_OPTIONS:
             return parse_size_bytes(value, f"options({name}=...)")
+        if name == "coordinator":
+            value = str(value).strip().lower()
+            if value not in COORDINATORS:
+                raise ConfigError(f"options(coordinator=...) must be one of "
+                                  f"{', '.join(COORDINATORS)}, got {value!r}")
         if name == "auto_validation":
             value = str(value).lower()
             if value not in ("strict", "warn", "off"):

@@ -15,6 +15,7 @@ TARGETS: dict[tuple[str, str], tuple[str, str, float, int]] = {
     ("W1", "reference-0.2.0"): ("ours >= 10x", "ours/row", 10.0, 0),
     ("W1", "torch-dataloader"): ("ours ahead", "ours/row", 1.0, 0),
     ("W1", "limit"): ("ours >= 80% with 2 workers", "ours/row", 0.8, 2),
+    ("W1", "zephon"): ("serial path <= 0.5 us/record with 2 workers", "serial", 0.5, 2),
     ("W2", "reference-0.2.0"): ("ours >= 1.6x", "ours/row", 1.6, 0),
     ("W2", "torch-dataloader"): ("ours ahead", "ours/row", 1.0, 0),
     ("W2", "limit"): ("ours >= 90%", "ours/row", 0.9, 0),
@@ -38,6 +39,10 @@ def _target(e: dict, ours: dict | None) -> str:
     elif kind == "restore/cold":
         value = o / m if m and o else None
         shown = "-" if value is None else f"{value:.2f}x"
+        ok = value is not None and value <= bound
+    elif kind == "serial":
+        value = e.get("serial_us_per_record")
+        shown = "-" if value is None else f"{value:.2f} us"
         ok = value is not None and value <= bound
     else:
         value = m / max(1, e["workers"]) if m else None
@@ -79,6 +84,12 @@ def _note(e: dict, ours: dict | None) -> str:
             parts.append("restored stream exact" if e["restore_exact"] else "RESTORED STREAM DIFFERS")
     if e.get("pss_peak_bytes"):
         parts.append(f"PSS {e['pss_peak_bytes'] / 2**20:.0f} MiB (process tree, peak)")
+    if e.get("serial_us_per_record") is not None:
+        serial = (f"serial path {e['serial_us_per_record']:.2f} us/record (training process "
+                  f"{e['train_us_per_record']:.2f}")
+        if e.get("coordinator_us_per_record"):
+            serial += f", coordinator {e['coordinator_us_per_record']:.2f}"
+        parts.append(serial + ")")
     if e.get("note"):
         parts.append(e["note"])
     if not e.get("error") and _target(e, ours):

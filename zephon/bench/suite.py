@@ -143,6 +143,9 @@ def summarise(workload: str, fmt: str, workers: int, system: str, runs: list[dic
             e["restore_exact"] = all(r.get("restore_exact") for r in ok)
     if workload == "W2" and system != "limit":
         e["pss_peak_bytes"] = med("pss_peak_bytes")
+    if system == "zephon" and workload in ("W1", "W2", "W4"):
+        for key in ("serial_us_per_record", "train_us_per_record", "coordinator_us_per_record"):
+            e[key] = med(key)
     if workload in ("W2", "W4", "W5") and system not in ("limit", "trl"):
         fr = [workloads.padding_fraction(r) for r in ok]
         fr = [f for f in fr if f is not None]

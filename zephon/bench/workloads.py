@@ -52,16 +52,22 @@ def run_ours(corpus: Corpus, workload: str, fmt: str, workers: int, params: Benc
     pss = PssSampler() if workload == "W2" else None
     p = make()
     it = iter(p)
+    serial = None
     try:
         for b in it:
             if pss is not None:
                 pss.maybe()
+            if serial is None:  # from the first batch on: start-up is not the serial path
+                serial = SerialCpu(p)
             if meter.add(*batch_counts(b)):
                 break
     except BaseException:
         p.close()
         raise
-    out = meter.result(**(pss.result() if pss is not None else {}))
+    extra = pss.result() if pss is not None else {}
+    if serial is not None:
+        extra.update(serial.result(meter.records - len(b)))
+    out = meter.result(**extra)
     if checkpoint:
         try:
             out["w3"] = {"batches": len(meter.times), "run_s": out["seconds"],
@@ -71,6 +77,41 @@ def run_ours(corpus: Corpus, workload: str, fmt: str, workers: int, params: Benc
     else:
         p.close()
     return out
+
+
+class SerialCpu:
+    """CPU time of the serial path, the training process and the coordinator process, per
+    record delivered: what one core's worth of serial work carries, whatever the worker count.
+    (The training process's figure includes the benchmark's own few microseconds per batch.)"""
+
+    def __init__(self, pipeline: Any) -> None:
+        import psutil
+
+        snap = pipeline.metrics_snapshot() or {}
+        pids = (snap.get("processes") or {}).get("coordinator", [])
+        self.me = psutil.Process()
+        self.coord = [psutil.Process(pid) for pid in pids]
+        self.t0 = self._cpu()
+
+    def _cpu(self) -> tuple[float, float]:
+        import psutil
+
+        def cpu(p) -> float:
+            try:
+                t = p.cpu_times()
+                return t.user + t.system
+            except psutil.Error:  # ended with the stream
+                return 0.0
+
+        return cpu(self.me), sum(cpu(p) for p in self.coord)
+
+    def result(self, records: int) -> dict:
+        (a0, c0), (a1, c1) = self.t0, self._cpu()
+        if records <= 0:
+            return {}
+        train, coord = (a1 - a0) * 1e6 / records, max(0.0, c1 - c0) * 1e6 / records
+        return {"serial_us_per_record": train + coord, "train_us_per_record": train,
+                "coordinator_us_per_record": coord}
 
 
 def first_batches(p: Any, batches: int) -> tuple[int, int, int]:

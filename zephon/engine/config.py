@@ -32,7 +32,11 @@ class EngineConfig:
 
     @property
     def window(self) -> int:
-        return self.workers * self.slots
+        """Blocks issued and not yet taken by their lane. One slot of every worker stays out of
+        it: a worker holds a result in its slot until the serial stage has dropped it, and the
+        block the serial stage is on holds one, so with a slot per block in flight the pool
+        copied results out of their slots to free one (``WorkerPool.hold_limit``)."""
+        return self.workers * max(1, self.slots - 1)
 
     @property
     def output_slots(self) -> int:

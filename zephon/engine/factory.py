@@ -42,6 +42,16 @@ def engine_kind(options: Any) -> tuple[str, int]:
     return runner, max(int(workers), 1)
 
 
+def coordinator_in_training(plan, options: Any) -> bool:
+    """Whether worker processes are coordinated by the training process itself: by default
+    when the serial stage only slices records into batches (a coordinator process would only
+    copy them), else as ``options(coordinator=...)`` says."""
+    where = options.get("coordinator")
+    if where == "auto":
+        return all(op.traits().cost == "slice" for op in plan.serial_ops)
+    return where == "training"
+
+
 def make_engine(kind: str, workers: int, lane_plan: LanePlan, options: Any):
     """The engine ``kind`` with ``workers`` workers over ``lane_plan``.
 
@@ -55,9 +65,11 @@ def make_engine(kind: str, workers: int, lane_plan: LanePlan, options: Any):
 
         return RayEngine(lane_plan, options)
     if kind == "process":
-        from zephon.engine.process.engine import ProcessEngine, can_start_processes
+        from zephon.engine.process.engine import DirectEngine, ProcessEngine, can_start_processes
 
         if workers > 0 and can_start_processes():
+            if coordinator_in_training(lane_plan.plan, options):
+                return DirectEngine(lane_plan, workers, options)
             return ProcessEngine(lane_plan, workers, options)
         if workers > 0:
             warnings.warn("zephon: this process cannot start worker processes (it is daemonic, "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from zephon import accounting
-from zephon.block import Block
+from zephon.block import Block, RowsOf
 from zephon.ops.base import LaneAccumulator, OpContext, OpTraits, StatefulOp
 from zephon.state.refs import refs_of
 
@@ -19,7 +19,7 @@ class BatchOp(StatefulOp):
 
     def traits(self) -> OpTraits:
         return OpTraits(preserves_cursor_order=True, batch_shape_sensitive=True,
-                        requires_serial_state=True, forms_batches=True)
+                        requires_serial_state=True, forms_batches=True, cost="slice")
 
     def fingerprint(self) -> dict:
         return {"microbatch_size": self.microbatch_size, "drop_last": self.drop_last}
@@ -48,19 +48,25 @@ class BatchLane(LaneAccumulator):
             k = min(self.discard, len(block))
             self.discard -= k
             block = block.slice(k, len(block))
-        if not len(block):
+        n = len(block)
+        if not n:
             return []
-        self.pending.append(block)
-        self.count += len(block)
-        if self.count < self.size:
+        if self.count + n < self.size:
+            self.pending.append(block)
+            self.count += n
             return []
-        merged = Block.concat(self.pending)
-        full = (len(merged) // self.size) * self.size
-        out = [_as_batch(merged.slice(i, i + self.size), merged, i)
-               for i in range(0, full, self.size)]
-        rest = merged.slice(full, len(merged))
-        self.pending = [rest] if len(rest) else []
-        self.count = len(rest)
+        out, at = [], 0
+        if self.count >= self.size:  # restored with a smaller size: whole batches held
+            block, n = Block.concat([*self.pending, block]), self.count + n
+        elif self.count:  # the batch begun in an earlier block is completed by this one
+            at = self.size - self.count
+            out.append(_as_batch(Block.concat([*self.pending, block.slice(0, at)])))
+        # the rest are this block's own rows: views, nothing concatenated or copied
+        full = at + (n - at) // self.size * self.size
+        out.extend(RowsOf(block, i, i + self.size, is_batch=True)
+                   for i in range(at, full, self.size))
+        self.pending = [block.slice(full, n)] if full < n else []
+        self.count = n - full
         return out
 
     def flush(self) -> list[Block]:
@@ -71,8 +77,7 @@ class BatchLane(LaneAccumulator):
         self.pending, self.count = [], 0
         # after a restore with a smaller micro-batch size, pending may hold whole batches
         full = (len(merged) // self.size) * self.size
-        out = [_as_batch(merged.slice(i, i + self.size), merged, i)
-               for i in range(0, full, self.size)]
+        out = [RowsOf(merged, i, i + self.size, is_batch=True) for i in range(0, full, self.size)]
         if full < len(merged):
             tail = merged.slice(full, len(merged))
             if self.drop_last:  # the user's choice: counted and said, never silent
@@ -101,8 +106,5 @@ class BatchLane(LaneAccumulator):
                 self.count = len(held) - k
 
 
-def _as_batch(block: Block, parent: Block | None = None, start: int = 0) -> Block:
-    out = Block(block.meta, block.payload, block.lineage, block.sparse, is_batch=True)
-    if parent is not None:
-        out.origin = (parent, start)
-    return out
+def _as_batch(block: Block) -> Block:
+    return Block(block.meta, block.payload, block.lineage, block.sparse, is_batch=True)

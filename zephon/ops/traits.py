@@ -48,8 +48,9 @@ class OpTraits:
             shard order and leave putting them in pointer order to the coordinator.
         cost: What a record costs it, for choosing a runner and sizing memory: ``"python"``
             (Python per record, holding the GIL: the default), ``"decode"`` (reading and
-            decoding in Arrow or the kernels, without the GIL) or ``"tokenize"`` (a tokenizer:
-            records grow by their token ids).
+            decoding in Arrow or the kernels, without the GIL), ``"tokenize"`` (a tokenizer:
+            records grow by their token ids) or ``"slice"`` (rows passed on as they are, as
+            views: ``batch``; a serial stage of such operators needs no coordinator process).
     """
 
     preserves_cursor_order: bool
@@ -67,7 +68,7 @@ class OpTraits:
     restores_lazily: bool = False
     forms_batches: bool = False
     record_by_record: bool = False
-    cost: Literal["python", "decode", "tokenize"] = "python"
+    cost: Literal["python", "decode", "tokenize", "slice"] = "python"
 
 
 # the facts a user operator does not declare: left out of its fingerprint, which describes what

@@ -158,6 +158,13 @@ def round_robin_states(runners: list[LaneRunner]) -> Iterator[tuple[int, object,
     units to another process ships, so the receiver knows each lane's state per unit. A lane
     that ends yields (lane, None, its final state) where ``round_robin`` drops it."""
     live = sorted(runners, key=lambda r: r.lane_id)
+    if len(live) == 1:  # one lane (one rank's default): no rotation to keep
+        r = live[0]
+        while True:
+            u, state = r.next_unit_with_state()
+            yield r.lane_id, u, state
+            if u is None:
+                return
     while live:
         r = min(live, key=lambda x: (x.delivered, x.lane_id))
         u, state = r.next_unit_with_state()

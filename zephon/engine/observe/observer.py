@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from zephon import accounting
-from zephon.block import TOKEN_FIELDS, Block, ragged_column
+from zephon.block import TOKEN_FIELDS, Block, RowsOf, ragged_column
 from zephon.engine.observe import metrics
 from zephon.io import fetch_timing
 
@@ -37,6 +38,59 @@ def _tokens_per_dataset(block: Block, n_datasets: int, field: str | None) -> np.
                        minlength=n_datasets).astype(np.int64)[:n_datasets]
 
 
+def _token_field_of(block: Block) -> str | None:
+    if not block.columnar:
+        return None
+    names = block.payload.schema.names
+    return next((f for f in TOKEN_FIELDS if f in names), None)
+
+
+class Tally:
+    """Per batch of a run: records (k x datasets) and tokens (k x datasets, None when the
+    payload has no token column) per dataset, and records per batch."""
+
+    __slots__ = ("records", "tokens", "rows")
+
+    def __init__(self, records: np.ndarray, tokens: np.ndarray | None, rows: np.ndarray) -> None:
+        self.records = records
+        self.tokens = tokens
+        self.rows = rows
+
+
+def count_run(parent: Block, start: int, sizes: Sequence[int]) -> Tally:
+    """The tally of consecutive batches of ``sizes`` rows cut from ``parent`` at ``start``."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    k = len(sizes)
+    stop = start + int(sizes.sum())
+    cuts = np.zeros(k + 1, dtype=np.int64)
+    np.cumsum(sizes, out=cuts[1:])
+    meta = parent.meta
+    comp = meta.get("comp_samples")
+    if comp is not None:  # packed rows: what each row holds of each dataset
+        records = np.add.reduceat(comp[start:stop], cuts[:-1], axis=0) if stop > start \
+            else np.zeros((k, comp.shape[1]), dtype=np.int64)
+        records[sizes == 0] = 0  # reduceat gives an empty batch its next row
+        ctok = meta.get("comp_tokens")
+        tokens = None
+        if ctok is not None:
+            tokens = np.add.reduceat(ctok[start:stop], cuts[:-1], axis=0) if stop > start \
+                else np.zeros((k, ctok.shape[1]), dtype=np.int64)
+            tokens[sizes == 0] = 0
+        return Tally(records.astype(np.int64), tokens, sizes)
+    ds = meta["dataset_id"][start:stop]
+    n = int(ds.max()) + 1 if len(ds) else 1
+    which = np.repeat(np.arange(k, dtype=np.int64), sizes)
+    key = which * n + ds
+    records = np.bincount(key, minlength=k * n).reshape(k, n)
+    tokens = None
+    field = _token_field_of(parent)
+    if field is not None:
+        offsets, _ = ragged_column(parent.payload, field)
+        lengths = np.diff(offsets[start:stop + 1])
+        tokens = np.bincount(key, weights=lengths, minlength=k * n).reshape(k, n).astype(np.int64)
+    return Tally(records, tokens, sizes)
+
+
 class Observer:
     """Counts deliveries, aggregates operator counters, renders snapshots and progress."""
 
@@ -50,8 +104,14 @@ class Observer:
         self.ledger = accounting.Ledger(names)
         fetch_timing.LOCAL.take_delta()  # like the operator counters: from zero
         self.fetch_timing = fetch_timing.Counters()
-        self.records = np.zeros(len(names), dtype=np.int64)
-        self.tokens = np.zeros(len(names), dtype=np.int64)
+        self._records = np.zeros(len(names), dtype=np.int64)
+        self._tokens = np.zeros(len(names), dtype=np.int64)
+        # the run of batches being delivered, cut from one block (``RowsOf``): that block, the
+        # run's first row, the row after its last batch, its batches' sizes; counted at once
+        # when the run ends (``_add_run``)
+        self._parent: Block | None = None
+        self._start = self._at = 0
+        self._sizes: list[int] = []
         self.units = 0
         self.start = time.perf_counter()
         self.consumer_wait_ns = 0
@@ -61,12 +121,39 @@ class Observer:
         self._field: str | None = None
         self.mixture: Any = None  # a MixtureCheck, set by the session (None: no check)
 
+    @property
+    def records(self) -> np.ndarray:
+        """Records delivered per dataset."""
+        self._add_run()
+        return self._records
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """Tokens delivered per dataset."""
+        self._add_run()
+        return self._tokens
+
     def delivered(self, unit: Any, wait_ns: int) -> None:
-        """Count a unit handed to the caller. It runs once per batch in the training loop, so
-        it stays at about a microsecond: the token column is looked up once per schema, and a
-        single dataset needs no per-dataset count."""
+        """Count a unit handed to the caller. It runs once per batch in the training loop.
+        Batches mostly come as runs cut from one block (``RowsOf``: a frame of the process
+        engine, one push of the batch operator): such a batch only extends the run, which is
+        counted in one ``bincount`` when it ends (``count_run``). Others cost a few numpy calls
+        each (the token column is looked up once per schema, a single dataset needs no
+        per-dataset count)."""
         self.consumer_wait_ns += wait_ns
         self.units += 1
+        if self.progress is not None:
+            self.progress.tick()
+        block = getattr(unit, "_block", None)
+        if type(block) is RowsOf:
+            parent, start = block.origin
+            if parent is not self._parent or start != self._at:
+                self._add_run()
+                self._parent, self._start = parent, start
+            self._sizes.append(block._stop - start)
+            self._at = block._stop
+            return
+        self._add_run()  # what came before is counted first: the mixture check sees the order
         block = getattr(unit, "block", None)
         if block is not None:
             n = len(self.names)
@@ -81,19 +168,33 @@ class Observer:
             else:
                 n_recs = len(block)
                 recs = np.bincount(block.meta["dataset_id"], minlength=n)[:n]
-            self.records += recs
+            self._records += recs
             t = _tokens_per_dataset(block, n, self._token_field(block))
             if t is not None:
-                self.tokens += t
+                self._tokens += t
             if self.mixture is not None:
                 self.mixture.add(recs, t, n_recs)
         elif hasattr(unit, "meta"):
             d = unit.meta.sample_id[0]
-            self.records[d] += 1
+            self._records[d] += 1
             if self.mixture is not None:
                 self.mixture.add(np.bincount([d], minlength=len(self.names)), None)
-        if self.progress is not None:
-            self.progress.tick()
+
+    def _add_run(self) -> None:
+        """Count the run of batches delivered since the last call."""
+        parent, sizes = self._parent, self._sizes
+        if parent is None:
+            return
+        self._parent, self._sizes = None, []
+        run = count_run(parent, self._start, sizes)
+        n = len(self.names)
+        recs = _fit(run.records, n)
+        toks = _fit(run.tokens, n) if run.tokens is not None else None
+        self._records += recs.sum(axis=0)
+        if toks is not None:
+            self._tokens += toks.sum(axis=0)
+        if self.mixture is not None:
+            self.mixture.add_rows(recs, toks, run.rows)
 
     def _token_field(self, block: Block) -> str | None:
         if not block.columnar:
@@ -142,6 +243,16 @@ class Observer:
         if extra:
             snap.update(extra)
         return snap
+
+
+def _fit(rows: np.ndarray, n: int) -> np.ndarray:
+    """``rows`` (k x m) as k x n: cut, or padded with zeros."""
+    if rows.shape[1] == n:
+        return rows
+    out = np.zeros((rows.shape[0], n), dtype=np.int64)
+    k = min(n, rows.shape[1])
+    out[:, :k] = rows[:, :k]
+    return out
 
 
 def bottleneck(ops: dict[str, dict]) -> str | None:

@@ -58,8 +58,12 @@ class _Stop(BaseException):
     """The training process closed the engine (or died): unwind, whatever is running."""
 
 
-class Coordinator(LaneScheduler):
-    def __init__(self, conn, lane_plan, cfg: EngineConfig, ops_blob: bytes) -> None:
+class WorkerScheduler(LaneScheduler):
+    """``LaneScheduler`` over worker processes: the coordinator's transport, and the whole
+    engine where the training process coordinates its workers itself (``DirectEngine``)."""
+
+    def __init__(self, lane_plan, cfg: EngineConfig, ops_blob: bytes, parent: tuple[int, float],
+                 fork_first: bool, environment: dict | None = None) -> None:
         # a micro-batch goes out as one task per row-group owner (ownership.py), and the owners
         # of row groups a window ahead hear of them first, to decode them meanwhile. The window
         # is shared by the lanes (they advance in turn), so that what is decoded ahead stays
@@ -69,29 +73,25 @@ class Coordinator(LaneScheduler):
         super().__init__(lane_plan, cfg.window, cfg.deterministic,
                          pull_ahead=share if ownership is not None else 0)
         self.ownership = ownership
-        self.conn = conn
         self.cfg = cfg
         self.attempts: dict[int, int] = {}
-        self.out = OutputRing(conn, cfg, self.wait)
         spec = {"prefix": cfg.prefix, "ops": ops_blob, "slots": cfg.slots,
                 "any_order": self.ownership is not None and self.ownership.any_order,
-                "slot_bytes": cfg.slot_bytes, "parent": cleanup.identity(),
-                "log_level": cfg.log_level, "workers": cfg.workers}
+                "slot_bytes": cfg.slot_bytes, "parent": parent,
+                "log_level": cfg.log_level, "workers": cfg.workers, "environment": environment}
         ctx = mp_context(cfg.start_method, *spawning.preload("zephon.engine.process.worker"))
         self.pool = WorkerPool(ctx, spec,
                                cfg.workers, cfg.max_retries, on_result=self._part_done,
                                on_failure=self._failed, on_lost=self._lost,
-                               fork_first=cfg.start_method == "forkserver"
-                               and "fork" in multiprocessing.get_all_start_methods())
-        ctx = OpContext(StageInfo(1, "serial", 0), worker_id=0, runner="process")
-        for op in lane_plan.plan.serial_ops:
-            op.setup(ctx)
-        self.runners = [lane_plan.runner(lane, self.prepared(lane), ctx) for lane in self.lanes]
-        self.out.held_fn = lambda: held_by_op(self.runners)
+                               fork_first=fork_first)
         self.task_of: dict[int, tuple[int, int]] = {}  # task -> (seq, part)
         self.parts: dict[int, list] = {}  # seq -> its parts' results (_PENDING until in)
         self.whole: set[int] = set()  # seqs going out unsplit and in order after a failure
         self.next_task = 0
+
+    def wait(self) -> None:
+        self.pool.wait([], timeout=1.0)
+        self._fill()
 
     # transport
     def free_capacity(self) -> bool:
@@ -152,21 +152,6 @@ class Coordinator(LaneScheduler):
         for task in [t for t, (s, _) in self.task_of.items() if s == seq]:
             del self.task_of[task]
 
-    def wait(self) -> None:
-        self.out.flush()  # never sit on finished units while waiting for more
-        if self.pool.wait([self.conn], timeout=1.0):
-            self.from_parent()
-        self._fill()  # also while the output ring is full: keep the workers busy up to the window
-
-    def from_parent(self) -> None:
-        try:
-            while self.conn.poll():
-                msg = self.conn.recv()
-                if msg[0] != "free":
-                    raise _Stop
-                self.out.release(msg[1])
-        except (EOFError, OSError):
-            raise _Stop from None
 
     def _failed(self, task: int, packed) -> None:
         self._part_done(task, Failure(RemoteError(packed)))
@@ -187,6 +172,39 @@ class Coordinator(LaneScheduler):
                 f"{block.ids()[0]} ({len(block)} records); max_worker_retries="
                 f"{self.cfg.max_retries}")
             self.complete(seq, Failure(RemoteError(pack_exception(err))))
+
+
+class Coordinator(WorkerScheduler):
+    """The coordinator process: its workers' scheduler, the serial stage, and the output ring
+    that carries finished units to the training process."""
+
+    def __init__(self, conn, lane_plan, cfg: EngineConfig, ops_blob: bytes) -> None:
+        super().__init__(lane_plan, cfg, ops_blob, cleanup.identity(),
+                         fork_first=cfg.start_method == "forkserver"
+                         and "fork" in multiprocessing.get_all_start_methods())
+        self.conn = conn
+        self.out = OutputRing(conn, cfg, self.wait)
+        ctx = OpContext(StageInfo(1, "serial", 0), worker_id=0, runner="process")
+        for op in lane_plan.plan.serial_ops:
+            op.setup(ctx)
+        self.runners = [lane_plan.runner(lane, self.prepared(lane), ctx) for lane in self.lanes]
+        self.out.held_fn = lambda: held_by_op(self.runners)
+
+    def wait(self) -> None:
+        self.out.flush()  # never sit on finished units while waiting for more
+        if self.pool.wait([self.conn], timeout=1.0):
+            self.from_parent()
+        self._fill()  # also while the output ring is full: keep the workers busy up to the window
+
+    def from_parent(self) -> None:
+        try:
+            while self.conn.poll():
+                msg = self.conn.recv()
+                if msg[0] != "free":
+                    raise _Stop
+                self.out.release(msg[1])
+        except (EOFError, OSError):
+            raise _Stop from None
 
     def run(self) -> None:
         try:

@@ -28,8 +28,8 @@ import numpy as np
 import psutil
 
 from zephon.engine.config import EngineConfig, mp_context
-from zephon.engine.failures import unpack_exception
-from zephon.engine.lanes.lane import delivered_units
+from zephon.engine.failures import RemoteError, unpack_exception
+from zephon.engine.lanes.lane import delivered_units, held_by_op, round_robin_states
 from zephon.engine.lanes.lane_plan import LanePlan
 from zephon.engine.process import cleanup, shm, spawning
 from zephon.engine.process.coordinator import coordinator_main
@@ -73,6 +73,96 @@ class ProcessEngine:
 
     def close(self) -> None:
         self._client.close()
+
+
+class DirectEngine:
+    """The process engine with the training process as its own coordinator.
+
+    Where the serial stage only cuts records into batches (every serial operator's cost is
+    ``"slice"``), a coordinator process adds nothing but a copy: each batch was copied from the
+    workers' slots into its output ring and read back here, which cost more CPU in this process
+    (reading frames) than slicing the batches does. Here the workers' results are mapped
+    straight from their slots and sliced into batches in this process, by the same
+    ``WorkerScheduler`` and lane runners the coordinator runs, so the stream is the same. The
+    serial stage runs when the loop asks for a batch; the workers work ahead up to their window
+    meanwhile.
+    """
+
+    kind = "process"
+
+    def __init__(self, lane_plan: LanePlan, workers: int, options) -> None:
+        from zephon.engine.process.coordinator import WorkerScheduler
+        from zephon.ops.base import OpContext, StageInfo
+
+        self.lane_plan = lane_plan
+        self.last_states: dict[int, dict | None] = {}
+        self.owner = os.getpid()
+        self.closed = False
+        prefix = f"zephon_{os.getpid()}_{uuid.uuid4().hex[:8]}_"
+        self.config = EngineConfig.from_options(options, workers, prefix=prefix,
+                                                parent=cleanup.identity())
+        if options.resolve("log_level")[1] != "default":  # else the application's setting
+            cleanup.setup_logging(self.config.log_level)
+        cleanup.register(self)
+        try:
+            self.scheduler = WorkerScheduler(
+                lane_plan, self.config, cloudpickle.dumps(lane_plan.plan.worker_ops),
+                self.config.parent, fork_first=False, environment=spawning.environment())
+        except BaseException:
+            self.close(fast=True)
+            raise
+        self._finalizer = weakref.finalize(self, _close_direct, self.scheduler.pool, prefix,
+                                           self.owner)
+        ctx = OpContext(StageInfo(1, "serial", 0), worker_id=0, runner="process")
+        for op in lane_plan.plan.serial_ops:
+            op.setup(ctx)
+        self.runners = [lane_plan.runner(lane, self.scheduler.prepared(lane), ctx)
+                        for lane in lane_plan.lanes]
+
+    def __iter__(self) -> Iterator:
+        try:
+            yield from delivered_units(round_robin_states(self.runners), self.last_states)
+        except RemoteError as e:  # a worker's exception, raised where inline would raise it
+            raise unpack_exception(e.packed) from None
+
+    def lane_states(self) -> dict[int, dict | None]:
+        return dict(self.last_states)
+
+    def held_by_op(self) -> dict[str, int]:
+        return held_by_op(self.runners)
+
+    def pids(self) -> list[int]:
+        return [w.child.pid for w in self.scheduler.pool.workers]
+
+    def processes(self) -> dict[str, list[int]]:
+        """Pids by role, as ``CoordinatorClient.processes`` names them (no coordinator: this
+        process is it)."""
+        workers = [w.child.pid for w in self.scheduler.pool.workers if w.child.running()]
+        launcher = spawning.fork_server_pid()
+        return {"coordinator": [], "workers": workers, "fork_server": [],
+                "launcher": [launcher] if launcher is not None else []}
+
+    def close(self, fast: bool = False) -> None:
+        if self.closed or os.getpid() != self.owner:
+            return
+        self.closed = True
+        cleanup.unregister(self)
+        scheduler = getattr(self, "scheduler", None)
+        if scheduler is not None:
+            self._finalizer.detach()
+            _close_direct(scheduler.pool, self.config.prefix, self.owner,
+                          0.0 if fast else 2.0)
+        else:
+            shm.sweep(self.config.prefix)
+
+
+def _close_direct(pool, prefix: str, owner: int, grace: float = 1.0) -> None:
+    if os.getpid() != owner:
+        return
+    try:
+        pool.close(grace)
+    finally:
+        shm.sweep(prefix)  # what a killed worker left named
 
 
 def can_start_processes() -> bool:

@@ -87,6 +87,8 @@ class Ownership:
         ops = lane_plan.plan.worker_ops
         if cls.why_not(ops, workers) is not None:
             return None
+        if not any(_has_row_groups(ds) for ds in ops[0].datasets):
+            return None  # JSONL and the like: nothing to own, only pointers to sort per block
         own = cls(ops[0].datasets, workers)
         own.any_order = isinstance(ops[0], FetchOp) and all(
             op.traits().record_by_record for op in ops[1:])
@@ -175,6 +177,18 @@ class Ownership:
         if len(used) == 1:
             return [(int(used[0]), block)]
         return [(int(w), block.take(np.flatnonzero(owner == w))) for w in used.tolist()]
+
+
+def _has_row_groups(ds) -> bool:
+    """Whether some shard of ``ds`` is in a format that decodes in row groups."""
+    formats = getattr(ds, "formats", None)
+    registry = getattr(ds, "_formats", None)
+    if formats is None or registry is None:
+        return True  # cannot tell: let ``row_group_starts`` say, shard by shard
+    try:
+        return any(registry[name].capabilities.row_groups for name in formats())
+    except (KeyError, AttributeError):
+        return True
 
 
 def same_columns(parts: list[Block | None]) -> bool:

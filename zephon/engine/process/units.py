@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from zephon.block import Block
+from zephon.block import Block, RowsOf
 from zephon.types import SampleBatch
 
 
@@ -101,7 +101,7 @@ def units_from_parts(parts: list) -> list[tuple[int, object, object]]:
             continue
         at = 0
         for lane, state, rows in tags:
-            units.append((lane, SampleBatch._from_block(obj.slice(at, at + rows)), state))
+            units.append((lane, SampleBatch._from_block(RowsOf(obj, at, at + rows, True)), state))
             at += rows
     return units
 

@@ -62,6 +62,7 @@ def worker_main(conn, spec: dict) -> None:
         if not cleanup.alive(spec["parent"]):  # orphaned: nobody else will sweep
             shm.sweep(spec["prefix"])
 
+    spawning.adopt_environment(spec.get("environment"))  # a fork server's may be stale
     spawning.name_process("zephon-worker")
     shm.created.clear()  # a forked worker inherits the coordinator's list: not ours to unlink
     cleanup.watch(spec["parent"], cleanup.init_child(f"worker {index}", on_exit,

@@ -208,7 +208,10 @@ def run_in_daemon(queue) -> None:
 # -- exit scenarios (run in a child process by test_engine_cleanup) ----------------------------
 
 
-def scenario(kind: str) -> None:
+def scenario(kind: str, coordinator: str = "auto") -> None:
+    """A pipeline run ended as ``kind`` says, its serial stage coordinated by a coordinator
+    process (``coordinator="process"``) or by this process (``"training"``, the default for a
+    pipeline whose serial stage only batches)."""
     from zephon import Pipeline
 
     slow = kind in ("sigint", "sigkill")
@@ -219,7 +222,7 @@ def scenario(kind: str) -> None:
         p = p.map_transform(SlowDown(0.002))
     elif kind in ("normal", "abandon"):  # still running when the pids below are read: a fast
         p = p.map_transform(SlowDown(0.002))  # run may have stopped its workers by then
-    p = p.batch(10).options(num_workers=2, micro_batch_size=25)
+    p = p.batch(10).options(num_workers=2, micro_batch_size=25, coordinator=coordinator)
     it = iter(p)
     next(it)
     engine = p._runtime.engine
@@ -246,7 +249,7 @@ def scenario(kind: str) -> None:
 
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    scenario(sys.argv[1])
+    scenario(*sys.argv[1:3])
 
 
 def record_pid(p: dict) -> dict:

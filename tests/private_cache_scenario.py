@@ -59,7 +59,7 @@ def main(kind: str, data_dir: str) -> None:
         while len(private_dirs()) < 2 and time.monotonic() < deadline:  # both workers' caches
             next(it)
         _say(before_kill=private_dirs())
-        victim = psutil.Process(engine.pids()[0]).children()[0]
+        victim = psutil.Process(engine.processes()["workers"][0])
         victim.kill()
         victim.wait(5)
     if kind == "signal":  # consume slowly until the test signals this process

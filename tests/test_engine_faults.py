@@ -73,15 +73,17 @@ def test_worker_killed_holding_one_part_of_a_split_micro_batch(tmp_path):
     assert got == want
 
 
-def test_worker_killed_from_outside_is_replaced():
+@pytest.mark.parametrize("coordinator", ["process", "training"])
+def test_worker_killed_from_outside_is_replaced(coordinator):
     want = ids(pipeline(F.SlowDown(0.001), records=1200, num_workers=0))
-    p = pipeline(F.SlowDown(0.001), records=1200, num_workers=2)
+    p = pipeline(F.SlowDown(0.001), records=1200, num_workers=2, coordinator=coordinator)
     it = iter(p)
     got = [tuple(next(it).ids)]
     engine = p._runtime.engine
-    coordinator = psutil.Process(engine.pids()[0])
-    workers = coordinator.children()
-    assert len(workers) == 2  # forked by the coordinator itself (no fork server started yet)
+    workers = [psutil.Process(pid) for pid in engine.processes()["workers"]]
+    assert len(workers) == 2
+    if coordinator == "process":  # forked by the coordinator itself (no fork server yet)
+        assert psutil.Process(engine.pids()[0]).children() == workers
     victim = workers[0]
     victim.send_signal(signal.SIGKILL)
     victim.wait(5)
@@ -103,7 +105,8 @@ def test_fork_server_killed_its_workers_run_on_and_a_new_one_starts_the_next():
     worker it forked runs on (its sentinel fires, yet it is alive), the next replacement comes
     from a new fork server, and the stream is unchanged. Processes say what they are."""
     want = ids(pipeline(F.SlowDown(0.001), records=1200, num_workers=0))
-    p = pipeline(F.SlowDown(0.001), records=1200, num_workers=2, prefetch_batches=1)
+    p = pipeline(F.SlowDown(0.001), records=1200, num_workers=2, prefetch_batches=1,
+                 coordinator="process")
     it = iter(p)
     got = [tuple(next(it).ids)]
     engine = p._runtime.engine
@@ -186,11 +189,13 @@ def test_a_block_that_keeps_killing_workers_ends_the_run():
     assert "max_worker_retries=1" in str(info.value)
 
 
-@pytest.mark.parametrize("runner,row_groups", [("process", None), ("threads", None),
-                                               ("process", 8)])
-def test_exception_at_record_57_reaches_the_loop(runner, row_groups):
+@pytest.mark.parametrize("runner,row_groups,coordinator", [
+    ("process", None, "training"), ("process", None, "process"), ("threads", None, "auto"),
+    ("process", 8, "training"), ("process", 8, "process")])
+def test_exception_at_record_57_reaches_the_loop(runner, row_groups, coordinator):
     got, inline, errors = [], [], []
-    for out, opts in ((got, dict(num_workers=2, runner=runner, row_groups=row_groups)),
+    for out, opts in ((got, dict(num_workers=2, runner=runner, row_groups=row_groups,
+                                 coordinator=coordinator)),
                       (inline, dict(num_workers=0))):
         with pytest.raises(UserFunctionError) as info:
             for b in pipeline(F.boom_at_57, **opts):
@@ -281,7 +286,7 @@ def test_operator_setup_failure_reaches_the_loop():
 
 
 def test_coordinator_killed_is_reported_and_cleaned_up():
-    p = pipeline(F.SlowDown(0.001), records=1200, num_workers=2)
+    p = pipeline(F.SlowDown(0.001), records=1200, num_workers=2, coordinator="process")
     it = iter(p)
     next(it)
     engine = p._runtime.engine

@@ -105,7 +105,9 @@ def test_restore_through_the_process_engine_resumes_the_stream():
 
 
 def test_batches_are_views_of_shared_memory():
-    p = build(num_workers=2)
+    """With a coordinator process, every batch is a view of the frame it sent. (The training
+    process as coordinator slices batches out of the workers' slots: test_engine_direct.py.)"""
+    p = build(num_workers=2, coordinator="process")
     seen = 0
     for batch in p:
         arr = batch.block.meta["sample_idx"]
@@ -189,7 +191,8 @@ def test_environment_and_options_precedence(monkeypatch):
         monkeypatch.setenv(var, value)
     cfg = EngineConfig.from_options(RuntimeOptions(), 2)
     assert (cfg.slots, cfg.slot_bytes, cfg.prefetch) == (3, 1 << 20, 5)
-    assert (cfg.start_method, cfg.log_level, cfg.window) == ("spawn", "DEBUG", 6)
+    # window: a slot of each worker stays out of it (EngineConfig.window)
+    assert (cfg.start_method, cfg.log_level, cfg.window) == ("spawn", "DEBUG", 2 * (3 - 1))
     opts = RuntimeOptions()
     opts.update(shm_slots=2, start_method="forkserver", deterministic=False)
     cfg = EngineConfig.from_options(opts, 2)

@@ -55,8 +55,9 @@ def test_a_reader_releases_what_it_parsed_when_asked(tmp_path, monkeypatch, rele
     tables = [ds.read_table(int(ds.ids()[0]), np.arange(a, min(a + 256, n)))
               for a in range(0, n, 256)]
     mapped = _mapped_kib(os.getpid(), os.path.basename(path))
-    if release:  # at most what was parsed since the last release (1 MiB) and a block
-        assert mapped < 3 * 1024, mapped
+    if release:  # what was parsed since the last release (1 MiB) and a block (~0.45 MiB),
+        # with what the kernel maps around each fault (CI saw 3.15 MiB): half the shard at most
+        assert mapped < 4 * 1024, mapped
     else:
         assert mapped > 6 * 1024, mapped
     # what was read is the same either way: values were copied out before the pages went

@@ -109,7 +109,7 @@ class Scenario:
              str(tmp_path / "data")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True, cwd=TESTS, env=self.env)
         self.pids = self.read()["pids"]
-        assert len(self.pids) >= 3  # coordinator and two workers
+        assert len(self.pids) >= 2  # two workers (and a coordinator process, if the run has one)
 
     def read(self) -> dict:
         line = self.proc.stdout.readline()

@@ -123,7 +123,10 @@ class DirectEngine:
         try:
             yield from delivered_units(round_robin_states(self.runners), self.last_states)
         except RemoteError as e:  # a worker's exception, raised where inline would raise it
-            raise unpack_exception(e.packed) from None
+            error = unpack_exception(e.packed)
+        else:
+            return
+        raise error from error.__cause__  # the worker's traceback (RemoteTraceback)
 
     def lane_states(self) -> dict[int, dict | None]:
         return dict(self.last_states)

@@ -4,7 +4,9 @@ the benchmark's and whose links lead somewhere; the object-storage walk-through 
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from tests_support.scripts import run_script
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 STORAGE_GUIDE = ROOT / "docs" / "guides" / "storage.md"
-BENCH_TABLE = ROOT / "docs" / "bench" / "bench.md"
+BENCH_JSON = ROOT / "docs" / "bench" / "bench.json"
 BUCKET, PREFIX = "my-bucket", "corpora/code"
 TEST_COMMAND = ('python3 -m venv .venv && .venv/bin/pip install -e ".[test]" && '
                 '.venv/bin/python -m pytest -q')
@@ -57,15 +59,50 @@ def test_the_readme_is_a_landing_page():
     assert [link for link in local if not (ROOT / link).exists()] == []
 
 
-def test_the_readme_figures_are_the_benchmark_table():
-    """Each figure of the README's headline table is a cell of the latest run's table."""
-    table = _section(README.read_text(), "Benchmarks")
-    rows = [line for line in table.splitlines() if line.startswith("| W")]
-    cells = {c.strip() for row in rows for c in row.split("|")[2:] if c.strip()}
-    figures = {c for c in cells if re.fullmatch(r"[\d.]+[kM]? (records|tokens)/s|[\d.]+ s", c)}
-    assert len(rows) == 4 and len(figures) == 11, figures
-    bench = {c.strip() for line in BENCH_TABLE.read_text().splitlines() for c in line.split("|")}
-    assert figures - bench == set()
+def test_the_readme_table_is_the_latest_run_and_says_which_commit_measured_it():
+    """The README's headline table is generated from ``docs/bench/bench.json`` (by
+    ``benchmarks/readme_table.py``), never typed; the run names its command, date and commit,
+    and that commit is in this checkout's history (a run of another branch, or one whose
+    commit was rewritten away, is not the code here)."""
+    from zephon.bench.report import readme_table
+
+    payload = json.loads(BENCH_JSON.read_text())
+    assert readme_table(payload) in README.read_text()
+    meta = payload["meta"]
+    assert meta["command"].startswith("python -m zephon bench") and meta["time"]
+    assert re.fullmatch(r"[0-9a-f]{40}", meta.get("commit", "")), "the run recorded no commit"
+    assert f"commit `{meta['commit'][:7]}`" in README.read_text()
+    if (ROOT / ".git").exists():
+        git = subprocess.run(["git", "-C", str(ROOT), "merge-base", "--is-ancestor",
+                              meta["commit"], "HEAD"], capture_output=True, text=True)
+        assert git.returncode == 0, f"{meta['commit']} is not an ancestor of HEAD: {git.stderr}"
+
+
+def test_the_readme_table_is_rendered_from_every_cell_it_names():
+    from zephon.bench.report import README_BEGIN, README_END, readme_table
+
+    def cell(workload, fmt, system, median, unit):
+        return {"workload": workload, "format": fmt, "workers": 0, "system": system,
+                "unit": unit, "median": median}
+
+    results = [cell("W1", "jsonl", "zephon", 369_731.0, "records/s"),
+               cell("W1", "jsonl", "torch-dataloader", 1234.0, "records/s"),
+               cell("W3", "jsonl", "zephon", 0.18, "s"),
+               cell("W3", "jsonl", "torch-dataloader", None, "s"),
+               cell("W4", "tokenized", "zephon", 89_411_304.0, "tokens/s")]
+    meta = {"command": "python -m zephon bench --quick", "time": "2026-12-06 03:00",
+            "cpus": 2, "platform": "Linux x86_64", "commit": "ab" * 20, "dirty": True}
+    table = readme_table({"meta": meta, "results": results})
+    assert table.startswith(README_BEGIN) and table.endswith(README_END)
+    assert ("`python -m zephon bench --quick` at commit `abababa` with uncommitted changes, "
+            "2026-12-06 03:00, on 2 CPUs") in table
+    rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines()
+            if line.startswith("| W")}
+    assert rows["W1 fetch + `batch(32)`, JSONL"].endswith(
+        "| 369.7k records/s | not run | 1.2k records/s |")
+    assert rows["W3 restore a checkpoint → first batch"].endswith(
+        "| 0.18 s | not run | no checkpoint |")
+    assert rows["W4 pack pre-tokenized Parquet"].endswith("| 89.4M tokens/s | not run | not run |")
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ class PssSampler:
         self.interval_s = interval_s
         self.last = 0.0
         self.peak = 0
+        self.cpu_s = 0.0  # this process's CPU spent sampling: not the loader's
 
     def maybe(self) -> None:
         now = time.monotonic()
@@ -24,7 +25,9 @@ class PssSampler:
     def sample(self) -> int:
         from zephon.engine.plan.memory import tree_pss
 
+        t0 = time.process_time()
         pss = tree_pss() or 0
+        self.cpu_s += time.process_time() - t0
         self.peak = max(self.peak, pss)
         return pss
 

@@ -176,6 +176,45 @@ def markdown(payload: dict[str, Any]) -> str:
     return "\n".join(parts) + "\n"
 
 
+# the README's headline: (label, workload, format) of inline runs, and the systems compared
+README_ROWS = (("W1 fetch + `batch(32)`, JSONL", "W1", "jsonl"),
+               ("W2 tokenize → shuffle → pack → batch", "W2", "jsonl"),
+               ("W3 restore a checkpoint → first batch", "W3", "jsonl"),
+               ("W4 pack pre-tokenized Parquet", "W4", "tokenized"))
+README_SYSTEMS = (("zephon", "Zephon"), ("reference-0.2.0", "Zephon 0.2.0"),
+                  ("torch-dataloader", "torch DataLoader"))
+README_BEGIN = "<!-- the table below is written by `python benchmarks/readme_table.py` -->"
+README_END = "<!-- end of the generated table -->"
+
+
+def readme_table(payload: dict[str, Any]) -> str:
+    """The README's headline table from a run's ``bench.json``, with what measured it: the
+    command, the date, the machine and the commit (``benchmarks/readme_table.py`` writes it
+    between ``README_BEGIN`` and ``README_END``)."""
+    meta, results = payload["meta"], payload["results"]
+    commit = meta.get("commit")
+    where = (f"commit `{commit[:7]}`" + (" with uncommitted changes" if meta.get("dirty") else "")
+             if commit else "an unrecorded commit")
+    lines = [README_BEGIN, "",
+             f"`{meta['command']}` at {where}, {meta['time']}, on {meta['cpus']} CPUs "
+             f"({meta['platform']}), inline (no worker processes):", "",
+             "| workload | " + " | ".join(name for _, name in README_SYSTEMS) + " |",
+             "|---|" + "---|" * len(README_SYSTEMS)]
+    for label, workload, fmt in README_ROWS:
+        cells = []
+        for system, _ in README_SYSTEMS:
+            e = next((r for r in results if (r["workload"], r["format"], r["workers"],
+                                             r["system"]) == (workload, fmt, 0, system)), None)
+            if e is None:
+                cells.append("not run")
+            elif e.get("median") is None:
+                cells.append("no checkpoint" if workload == "W3" else "failed")
+            else:
+                cells.append(_fmt_rate(e["median"], e["unit"]))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines + ["", README_END])
+
+
 def _short(v: float, unit: str) -> str:
     if unit == "s":
         return f"{v:.1f}"

@@ -81,11 +81,32 @@ def _meta(argv: list[str] | None, elapsed: float) -> dict:
             versions[mod] = None
     args = sys.argv[1:] if argv is None else argv
     cmd = "python -m zephon bench " + " ".join(shlex.quote(a) for a in args if a != "bench")
-    return {"time": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count(),
+    return {"time": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count(), **_commit(),
             "arrow_pool": pyarrow.default_memory_pool().backend_name,
             "platform": f"{platform.system()} {platform.machine()}",
             "load_avg": os.getloadavg() if hasattr(os, "getloadavg") else None,
             "versions": versions, "command": cmd.strip(), "elapsed_s": elapsed}
+
+
+def _commit() -> dict:
+    """The commit of this checkout that was measured, and whether ``zephon/`` differed from it
+    (uncommitted changes); nothing outside a git checkout."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", "-C", str(root), *args], capture_output=True,
+                                 text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return {}
+    return {"commit": commit, "dirty": bool(git("status", "--porcelain", "--", "zephon"))}
 
 
 def _same_allocator_for_all() -> None:

@@ -4,7 +4,11 @@ This is what a careful user would write by hand: shard files split across the Da
 workers and read again pass after pass, pyarrow or json for reading, the tokenizer's batch API,
 a shuffle buffer of the same size, a greedy best-fit packer (64 open bins, documents longer than
 a row split into row-sized pieces) building padded rows with positions, batches of 8 rows built
-inside the workers so the main process only receives them.
+inside the workers so the main process only receives them. Token ids stay numpy arrays from the
+reader to the batch: pre-tokenized Parquet is read a row group at a time as one flat Arrow
+column whose documents are slices (never Python lists), the packer keeps its bins' fill in a
+numpy array and finds the best bin with one vectorised search, and rows are filled by slice
+assignment.
 """
 
 from __future__ import annotations
@@ -38,11 +42,27 @@ def _records(files: list[str], fmt: str) -> Iterator[dict]:
                 yield from pq.read_table(f).to_pylist()
 
 
-def _documents(files: list[str], fmt: str, tokenizer_path: str | None) -> Iterator[list[int]]:
-    """Token lists: read from pre-tokenized Parquet, or encoded 256 texts at a time."""
+def _token_arrays(files: list[str]) -> Iterator[np.ndarray]:
+    """Pre-tokenized documents as int64 slices of one flat array per row group."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    while True:  # the datasets repeat, as the loaders' do
+        for f in files:
+            pf = pq.ParquetFile(f)
+            for rg in range(pf.num_row_groups):
+                col = pf.read_row_group(rg, columns=["input_ids"]).column(0).combine_chunks()
+                values = pc.list_flatten(col).to_numpy().astype(np.int64, copy=False)
+                offsets = col.offsets.to_numpy()
+                offsets = (offsets - offsets[0]).tolist()
+                for a, b in zip(offsets[:-1], offsets[1:]):
+                    yield values[a:b]
+
+
+def _documents(files: list[str], fmt: str, tokenizer_path: str | None) -> Iterator[np.ndarray]:
+    """Token arrays: read from pre-tokenized Parquet, or encoded 256 texts at a time."""
     if tokenizer_path is None:
-        for rec in _records(files, "parquet"):
-            yield rec["input_ids"]
+        yield from _token_arrays(files)
         return
     from tokenizers import Tokenizer
 
@@ -53,13 +73,15 @@ def _documents(files: list[str], fmt: str, tokenizer_path: str | None) -> Iterat
         texts.append(rec["text"])
         if len(texts) == 256:
             for e in tok.encode_batch(texts, add_special_tokens=False):
-                yield [bos, *e.ids, eos]
+                doc = np.empty(len(e.ids) + 2, dtype=np.int64)
+                doc[0], doc[1:-1], doc[-1] = bos, e.ids, eos
+                yield doc
             texts = []
 
 
-def _shuffled(docs: Iterator[list[int]], buffer_size: int, seed: int) -> Iterator[list[int]]:
+def _shuffled(docs: Iterator[np.ndarray], buffer_size: int, seed: int) -> Iterator[np.ndarray]:
     rng = random.Random(seed)
-    buf: list[list[int]] = []
+    buf: list[np.ndarray] = []
     for d in docs:
         if len(buf) < buffer_size:
             buf.append(d)
@@ -74,42 +96,46 @@ class BestFitPacker:
 
     def __init__(self, max_length: int = MAX_LENGTH, num_bins: int = NUM_BINS) -> None:
         self.L, self.num_bins = max_length, num_bins
-        self.bins: list[list[list[int]]] = []
-        self.used: list[int] = []
+        self.bins: list[list[np.ndarray]] = []  # oldest first
+        self.room = np.empty(num_bins, dtype=np.int64)  # free tokens of bins[i] at room[i]
 
-    def add(self, doc: list[int]) -> list[list[list[int]]]:
+    def add(self, doc: np.ndarray) -> list[list[np.ndarray]]:
         closed = []
         for a in range(0, len(doc), self.L):
             piece = doc[a:a + self.L]
-            best, room = -1, self.L + 1
-            for i, used in enumerate(self.used):
-                r = self.L - used
-                if len(piece) <= r < room:
-                    best, room = i, r
-            if best < 0:
-                if len(self.bins) >= self.num_bins:
+            n = len(self.bins)
+            room = self.room[:n]
+            fits = np.flatnonzero(room >= len(piece))
+            if len(fits):  # the tightest bin that fits, the oldest among equals
+                best = int(fits[np.argmin(room[fits])])
+            else:
+                if n >= self.num_bins:
                     closed.append(self.bins.pop(0))
-                    self.used.pop(0)
+                    self.room[:n - 1] = self.room[1:n]
+                    n -= 1
                 self.bins.append([])
-                self.used.append(0)
-                best = len(self.bins) - 1
+                self.room[n] = self.L
+                best = n
             self.bins[best].append(piece)
-            self.used[best] += len(piece)
+            self.room[best] -= len(piece)
         return closed
 
 
-def _row(pieces: list[list[int]], L: int) -> tuple[np.ndarray, np.ndarray, int]:
+_POSITIONS = np.arange(MAX_LENGTH, dtype=np.int64)
+
+
+def _row(pieces: list[np.ndarray], L: int) -> tuple[np.ndarray, np.ndarray, int]:
     ids = np.zeros(L, dtype=np.int64)
     pos = np.zeros(L, dtype=np.int64)
     at = 0
     for p in pieces:
         ids[at:at + len(p)] = p
-        pos[at:at + len(p)] = np.arange(len(p))
+        pos[at:at + len(p)] = _POSITIONS[:len(p)]
         at += len(p)
     return ids, pos, L - at
 
 
-def _packed_batches(docs: Iterator[list[int]]) -> Iterator[dict[str, Any]]:
+def _packed_batches(docs: Iterator[np.ndarray]) -> Iterator[dict[str, Any]]:
     packer = BestFitPacker()
     rows: list[tuple[np.ndarray, np.ndarray, int]] = []
     for d in docs:

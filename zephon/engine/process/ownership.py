@@ -51,6 +51,7 @@ ASK_AGAIN = 8
 # row groups whose owner is remembered; past that the least recently seen are forgotten (one
 # seen again gets an owner anew, which may cost its decode in a second worker)
 TRACKED_GROUPS = 1 << 16
+CLAIMED_BLOCKS = 1024  # blocks seen ahead of their sending whose owners are kept for it
 
 
 class Ownership:
@@ -67,6 +68,9 @@ class Ownership:
         self.any_order = False
         # set once parts came back with different columns (``same_columns``): split no more
         self.whole_only = False
+        # owners computed when a block was first seen (``claim``), for its ``split`` when it
+        # is sent: {id(block): (block, owners)}, the blocks seen and not sent yet
+        self._claimed: OrderedDict[int, tuple[Block, np.ndarray]] = OrderedDict()
 
     @staticmethod
     def why_not(worker_ops: Sequence, workers: int) -> str | None:
@@ -161,12 +165,17 @@ class Ownership:
         start decoding."""
         new: dict[int, list] = {}
         if len(block):
-            self._owners(block, new)
+            self._claimed[id(block)] = (block, self._owners(block, new))
+            if len(self._claimed) > CLAIMED_BLOCKS:  # seen and never sent (a closed stream)
+                self._claimed.popitem(last=False)
         return new
 
     def split(self, block: Block) -> list[tuple[int | None, Block]]:
         """``(worker or None for any, part)`` pairs whose parts hold the block's pointers."""
-        owner = self.owners(block)
+        claimed = self._claimed.pop(id(block), None)
+        # the owners it was given when seen (its row groups' hints went to them), else now
+        owner = claimed[1].copy() if claimed is not None and claimed[0] is block \
+            else self.owners(block)
         counts = np.bincount(owner[owner >= 0], minlength=self.workers)
         if not counts.any():
             return [(None, block)]

@@ -18,7 +18,12 @@ def _extensions():
         import numpy
         from Cython.Build import cythonize
         from setuptools import Extension
-    except ImportError:  # no build tools: the numpy fallbacks serve
+    except ImportError as e:  # no build tools: the numpy fallbacks serve, and we say so
+        import sys
+
+        print(f"zephon: the Cython kernels are not built ({e}); the numpy twins will be used "
+              "(same results, slower). tests/test_kernels_built.py fails where a C compiler "
+              "is present.", file=sys.stderr)
         return []
     exts = []
     for pyx in sorted(glob.glob(os.path.join("zephon", "_ext", "*.pyx"))):

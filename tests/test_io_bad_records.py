@@ -21,6 +21,8 @@ BAD_LINES = {
     "json": b'{"id": %d, "text": "unterminated}',
     "array": b'[%d, "not an object"]',
     "string": b'"record %d"',
+    # valid JSON, yet no Unicode text: a tokenizer would fail on it with no line named
+    "surrogate": b'{"id": %d, "text": "a\\ud800b"}',
 }
 
 
@@ -75,6 +77,18 @@ def test_an_undecodable_line_is_a_data_error_at_fetch(tmp_path, kind, opts):
     assert "dataset 'web'" in str(err) and "part-1.jsonl, line 19" in str(err)
     if kind == "utf8":
         assert "not valid UTF-8 (byte 0xe9" in str(err)
+
+
+def test_a_surrogate_pair_is_text_and_a_lone_surrogate_skips_as_bad(tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.jsonl").write_bytes(b'{"id": 0, "text": "smile \\ud83d\\ude00"}\n'
+                                              b'{"id": 1, "text": "a\\udfffb"}\n'
+                                              b'{"id": 2, "text": "ok"}\n')
+    ds = Dataset.from_path("web", tmp_path / "d", on_bad_record="skip")
+    p = _pipeline(ds)
+    texts = [r.payload["text"] for b in p for r in b.records]
+    assert texts == ["smile \U0001f600", "ok"]
+    assert p.metrics_snapshot()["losses"]["by_dataset"]["web"]["bad_record"]["records"] == 1
 
 
 def test_read_table_names_the_line_whichever_reader_parses_it(tmp_path, monkeypatch):

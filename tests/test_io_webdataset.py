@@ -127,6 +127,21 @@ def test_bad_shards_are_named_with_their_row(tmp_path):
         Dataset.from_path("w", tmp_path)
 
 
+@pytest.mark.parametrize("suffix", [".tar", ".tar.gz"])
+def test_a_tar_cut_at_a_member_boundary_is_refused_naming_it(tmp_path, suffix):
+    """tarfile takes a clean end of file for the end of the archive: a shard without its two
+    end-of-archive blocks (cut between members, then re-compressed or not) is truncated."""
+    good = _tar([(f"k{i:02d}.txt", b"x" * 600) for i in range(20)])  # 1536 bytes a member
+    cut = good[:8 * 1536]  # the first 8 members, whole
+    (tmp_path / f"a{suffix}").write_bytes(gzip.compress(cut) if suffix == ".tar.gz" else cut)
+    with pytest.raises(DataError, match=rf"dataset 'w', shard .*a{suffix}, row 9: the tar "
+                                        r"ends after record 8 without its end-of-archive"):
+        Dataset.from_path("w", tmp_path)
+    # whole, it reads: every member once
+    (tmp_path / f"a{suffix}").write_bytes(gzip.compress(good) if suffix == ".tar.gz" else good)
+    assert Dataset.from_path("w", tmp_path).total() == 20
+
+
 def test_dunder_fields_reach_the_records_in_every_format():
     """``__key__``-style names are data (Zephon hides only its own ``__recipe``-style columns)."""
     ds = Dataset.from_dict("m", {0: [{"__key__": "a", "x": 1}, {"__key__": "b", "x": 2}]})

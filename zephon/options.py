@@ -8,7 +8,6 @@ where each value came from so ``explain()`` can show it.
 from __future__ import annotations
 
 import os
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -55,7 +54,35 @@ KNOWN_OPTIONS: dict[str, Any] = {
     "memory_budget": None,
     # the Ray runner (engine/ray/config.py)
     "ray_address": None, "ray_workers": None, "ray_resources": None, "ray_runtime_env": None,
+    # --- issue 30 ---
+    # share of the records drawn that filters may remove (counted under "filtered") before a
+    # warning, and before a DataError (None: never); engine/session.py checks them
+    "filter_warn_ratio": 0.9, "filter_raise_ratio": None,
 }
+
+# Parameters that belong elsewhere, for the message of a name options() does not know.
+ELSEWHERE = {
+    "on_bad_record": "Dataset.from_path(..., on_bad_record=...)",
+    "drop_last": "batch(..., drop_last=...)",
+    "shuffle": "StaticMixtureWorkSource(...) or Pipeline.shuffle(...)",
+    "seed": "StaticMixtureWorkSource(..., seed=...)",
+    "exhausted_policy": "StaticMixtureWorkSource(..., exhausted_policy=...)",
+    "chunk_size": "StaticMixtureWorkSource(..., chunk_size=...)",
+}
+
+
+def unknown_option(name: str) -> ConfigError:
+    """The error for an option name ``options()`` does not know: where it belongs, or the
+    nearest known names (a typo)."""
+    import difflib
+
+    if name in ELSEWHERE:
+        return ConfigError(f"Pipeline.options: {name!r} is not an option of the pipeline; it "
+                           f"is set in {ELSEWHERE[name]}")
+    near = difflib.get_close_matches(name, list(KNOWN_OPTIONS), n=3, cutoff=0.6)
+    hint = (f"; did you mean {' or '.join(repr(n) for n in near)}?" if near
+            else "; Pipeline.options() lists them in its documentation")
+    return ConfigError(f"Pipeline.options: unknown option {name!r}{hint}")
 
 RUNNERS = ("process", "threads", "inline", "ray")
 COORDINATORS = ("auto", "process", "training")
@@ -156,8 +183,7 @@ class RuntimeOptions:
         checked: dict[str, Any] = {}
         for name, value in kw.items():
             if name not in KNOWN_OPTIONS:
-                warnings.warn(f"Pipeline.options: unknown option {name!r} ignored", stacklevel=3)
-                continue
+                raise unknown_option(name)
             checked[name] = self._checked(name, value)
         for name, value in checked.items():
             if name == "mp_context":
@@ -171,6 +197,12 @@ class RuntimeOptions:
             return check_int(value, f"options({name}=...)", INT_OPTIONS[name])
         if name in SIZE_OPTIONS:
             return parse_size_bytes(value, f"options({name}=...)")
+        if name in ("filter_warn_ratio", "filter_raise_ratio") and value is not None:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not 0.0 <= float(value) <= 1.0:
+                raise ConfigError(f"options({name}=...) must be a share between 0 and 1, or "
+                                  f"None, got {value!r}")
+            value = float(value)
         if name == "coordinator":
             value = str(value).strip().lower()
             if value not in COORDINATORS:

@@ -15,7 +15,7 @@ from zephon.compat_notes import compat_keywords
 from zephon.ops.base import Operator
 from zephon.ops.batch import BatchOp
 from zephon.ops.decode_text import DecodeTextOp
-from zephon.ops.map_transform import MapBatchOp, MapTransformOp
+from zephon.ops.map_transform import FilterOp, MapBatchOp, MapTransformOp
 from zephon.pipeline_base import PipelineBase
 
 if TYPE_CHECKING:
@@ -112,6 +112,25 @@ class RecordBuilders(PipelineBase):
             This pipeline.
         """
         return self._append(MapTransformOp(fn, drop_none=drop_none, parallelism=parallelism))
+
+    def filter(self, predicate: Callable[[Any], Any], *,
+               parallelism: int | None = None) -> Self:
+        """Keep the records for which ``predicate(payload)`` is true.
+
+        What it removes is counted, by dataset, in ``metrics_snapshot()["losses"]`` under
+        ``"filtered"`` and said once; the options ``filter_warn_ratio`` (default 0.9) and
+        ``filter_raise_ratio`` (default none) warn or raise when filters remove more than that
+        share of the records drawn.
+
+        Args:
+            predicate: ``predicate(payload) -> bool``; runs where the stateless operators run
+                and must be deterministic.
+            parallelism: Shown in ``explain()``.
+
+        Returns:
+            This pipeline.
+        """
+        return self._append(FilterOp(predicate, parallelism=parallelism))
 
     @compat_keywords("placement", "parallelism")
     def map_batch(self, fn: Callable[[Any], Any], *, drop_none: bool = True,

@@ -171,7 +171,7 @@ class Session:
                                            self._counters)
                     if choice is not None:
                         self._move(choice)
-            self._gather_counters()
+            self._gather_counters(final=True)
             summary = obs.ledger.summary(self._passes())
             if summary is not None:  # the end of the stream: what was not delivered whole
                 log.warning("%s", summary)
@@ -268,12 +268,15 @@ class Session:
         self._gather_counters()  # the coordinator's and workers' marks ride with their counts
         self.startup = breakdown(self.times, self.observer.registry.marks)
 
-    def _gather_counters(self) -> None:
+    def _gather_counters(self, final: bool = False) -> None:
         obs, engine = self.observer, self.engine
         if engine is not None and hasattr(engine, "collect_metrics"):
             for delta in engine.collect_metrics():
                 obs.merge(delta)
         obs.merge_local()
+        options = self.spec.options
+        obs.ledger.check_filtered(int(obs.records.sum()), options.get("filter_warn_ratio"),
+                                  options.get("filter_raise_ratio"), final)
 
     def _sink(self):
         sink = self.spec.sink

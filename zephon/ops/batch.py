@@ -19,7 +19,8 @@ class BatchOp(StatefulOp):
 
     def traits(self) -> OpTraits:
         return OpTraits(preserves_cursor_order=True, batch_shape_sensitive=True,
-                        requires_serial_state=True, forms_batches=True, cost="slice")
+                        requires_serial_state=True, forms_batches=True, cost="slice",
+                        keeps_count=True)
 
     def fingerprint(self) -> dict:
         return {"microbatch_size": self.microbatch_size, "drop_last": self.drop_last}

@@ -60,7 +60,8 @@ class EnsureMixtureOp(StatefulOp):
         MixtureBalancer(self.target, max_buffer_size, drain_target_ratio, obsolete_drain_rate)
 
     def traits(self) -> OpTraits:
-        return OpTraits(preserves_cursor_order=False, requires_serial_state=True)
+        return OpTraits(preserves_cursor_order=False, requires_serial_state=True,
+                        keeps_count=True)
 
     def fingerprint(self) -> dict:
         return settings(self, ("target", "max_buffer_size", "drain_target_ratio",

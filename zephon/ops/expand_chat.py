@@ -53,7 +53,8 @@ class ExpandChatOp(StatelessOp):
 
     def traits(self) -> OpTraits:
         return OpTraits(preserves_cursor_order=True, indexable=False,
-                        parallelism=self.parallelism or 4, calibration_replayable=True)
+                        parallelism=self.parallelism or 4, calibration_replayable=True,
+                        keeps_count=True)
 
     def fingerprint(self) -> dict:
         return {"field": self.field, "parallelism": self.parallelism}

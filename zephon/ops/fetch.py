@@ -51,7 +51,7 @@ class FetchOp(StatelessOp):
 
     def traits(self) -> OpTraits:
         return OpTraits(preserves_cursor_order=True, parallelism=self.parallelism or 1,
-                        cost="decode")
+                        cost="decode", keeps_count=True)
 
     def fingerprint(self) -> dict:
         # ``restore_order`` and ``timing`` change how records travel and what is measured,

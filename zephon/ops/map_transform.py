@@ -54,6 +54,37 @@ class MapTransformOp(StatelessOp):
         return carry_hidden(base, base.with_payloads(results))
 
 
+class FilterOp(StatelessOp):
+    """``predicate(payload) -> bool``: records for which it is false are removed, and counted
+    by the engine under ``"filtered"`` (``metrics_snapshot()["losses"]``)."""
+
+    def __init__(self, predicate: Callable[[Any], Any], *, parallelism: int | None = None,
+                 name: str | None = None) -> None:
+        if not callable(predicate):
+            raise TypeError("filter needs a callable")
+        self.fn = predicate
+        self.parallelism = parallelism
+        self.name = name or f"filter[{getattr(predicate, '__name__', 'fn')}]"
+
+    def traits(self) -> OpTraits:
+        return OpTraits(preserves_cursor_order=True, parallelism=self.parallelism or 1,
+                        record_by_record=True)
+
+    def fingerprint(self) -> dict:
+        return settings(self, ("fn", "parallelism", "name"))
+
+    def process_block(self, block: Block) -> Block:
+        payloads = block.payload_list()
+        fn = self.fn
+        keep = np.ones(len(payloads), dtype=bool)
+        for i, p in enumerate(payloads):
+            try:
+                keep[i] = bool(fn(p))
+            except Exception as e:
+                raise UserFunctionError(self.op_name, block.ids()[i], e) from e
+        return block if keep.all() else block.filter(keep)
+
+
 class MapBatchOp(StatelessOp):
     """``fn(SampleBatch) -> SampleBatch | None`` after ``batch``; None drops the batch."""
 

@@ -79,7 +79,7 @@ class PackOp(StatefulOp):
 
     def traits(self) -> OpTraits:
         return OpTraits(preserves_cursor_order=False, requires_serial_state=True,
-                        combines_records=True)
+                        combines_records=True, keeps_count=True)
 
     def fingerprint(self) -> dict:
         return settings(self, _SETTINGS)

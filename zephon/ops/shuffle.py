@@ -26,7 +26,7 @@ class ShuffleOp(StatefulOp):
         # what to emit depends on identity keys kept in the shuffler's own state, so a
         # restored buffer's records are fetched only when they leave it
         return OpTraits(preserves_cursor_order=False, requires_serial_state=True,
-                        restores_lazily=True)
+                        restores_lazily=True, keeps_count=True)
 
     def fingerprint(self) -> dict:
         return {"buffer_size": self.buffer_size, "seed": self.seed,

@@ -26,7 +26,7 @@ class TokenizerOp(StatelessOp):
 
     def traits(self) -> OpTraits:
         return OpTraits(preserves_cursor_order=True, parallelism=self.parallelism or 1,
-                        record_by_record=True, cost="tokenize")
+                        record_by_record=True, cost="tokenize", keeps_count=True)
 
     def setup(self, ctx: OpContext) -> None:
         super().setup(ctx)

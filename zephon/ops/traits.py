@@ -51,6 +51,12 @@ class OpTraits:
             decoding in Arrow or the kernels, without the GIL), ``"tokenize"`` (a tokenizer:
             records grow by their token ids) or ``"slice"`` (rows passed on as they are, as
             views: ``batch``; a serial stage of such operators needs no coordinator process).
+        keeps_count: The operator accounts itself for every record it takes in and does not
+            emit (it counts what it drops in the loss ledger, or its rows are built from
+            several records by design, as packing's are). For every other operator the engine
+            compares records in and out, by dataset, and counts what is missing: under
+            ``"filtered"`` for a stateless operator (a ``map_transform`` returning None, a
+            ``filter``), under ``"not_emitted"`` for a stateful one, once its buffer is empty.
     """
 
     preserves_cursor_order: bool
@@ -69,12 +75,13 @@ class OpTraits:
     forms_batches: bool = False
     record_by_record: bool = False
     cost: Literal["python", "decode", "tokenize", "slice"] = "python"
+    keeps_count: bool = False
 
 
 # the facts a user operator does not declare: left out of its fingerprint, which describes what
 # it declares (so checkpoints taken before these existed still match)
 _PLAN_FIELDS = ("combines_records", "restores_lazily", "forms_batches", "record_by_record",
-                "cost")
+                "cost", "keeps_count")
 
 
 def declared(traits: OpTraits) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from zephon import accounting
 from zephon.block import Block
 from zephon.engine.observe import metrics
 from zephon.engine.plan.stages import Plan
@@ -20,6 +21,10 @@ class LaneChain:
         self.stages = [op.new_lane(lane_id, ctx.with_services(recipes_needed=needed))
                        if op.traits().requires_serial_state else None
                        for op, needed in zip(self.ops, plan.recipes_needed)]
+        # the engine's count of what an operator removes, where it keeps none itself
+        self.checks = [None if op.traits().keeps_count else
+                       accounting.EmittedCheck(op.op_name) if stage is not None else True
+                       for op, stage in zip(self.ops, self.stages)]
 
     def push(self, block: Block) -> list[Block]:
         return self._run(0, [block])
@@ -33,6 +38,10 @@ class LaneChain:
             with wrap_op_error(self.ops[i].op_name):
                 flushed = stage.flush()
             _count_out(self.ops[i].op_name, flushed)
+            check = self.checks[i]
+            if check is not None:  # the end of the stream: nothing is held any more
+                check.given = check._add(check.given, accounting.records_by_dataset(flushed))
+                check.settle()
             if flushed:
                 out.extend(self._run(i + 1, flushed))
         return out
@@ -44,11 +53,16 @@ class LaneChain:
             with wrap_op_error(op.op_name, blocks):
                 for b in blocks:
                     t0 = metrics.now()
+                    check = self.checks[i]
                     if stage is not None:
                         out = stage.push(b)
+                        if check is not None:
+                            check.push(b, out, stage.held())
                     else:
                         r = op.process_block(b)
                         out = [r] if r is not None and len(r) else []
+                        if check is not None and (r is None or len(r) != len(b)):
+                            accounting.count_removed(op.op_name, b, out)
                     metrics.LOCAL.record(op.op_name, b, None, metrics.now() - t0)
                     _count_out(op.op_name, out)
                     nxt.extend(out)

@@ -6,6 +6,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from zephon import accounting
 from zephon.block import Block
 from zephon.engine.lanes.chain import LaneChain
 from zephon.engine.observe import metrics
@@ -16,13 +17,22 @@ from zephon.state.restore import Rederive, restore_chain
 from zephon.types import SampleBatch, records_from_block
 
 
-def apply_ops(ops, block: Block) -> Block | None:
-    """The worker stage: stateless operators, block in, block out (None: all dropped)."""
+def apply_ops(ops, block: Block, count: bool = True) -> Block | None:
+    """The worker stage: stateless operators, block in, block out (None: all dropped).
+
+    An operator that does not keep its own count (``OpTraits.keeps_count``) and returns fewer
+    records than it was given has the missing ones counted, by dataset, under ``"filtered"``.
+    ``count=False``: a replay of records already drawn (priming's calibration, a restore
+    re-deriving held records), whose removals were counted when they were drawn, or never
+    will be."""
     for op in ops:
         t0 = metrics.now()
         with wrap_op_error(op.op_name, [block]):
             out = op.process_block(block)
         metrics.LOCAL.record(op.op_name, block, out, metrics.now() - t0)
+        if count and (out is None or len(out) != len(block)) \
+                and not op.traits().keeps_count:
+            accounting.count_removed(op.op_name, block, out)
         block = out
         if block is None or not len(block):
             return None
@@ -34,7 +44,7 @@ def rederive(lane_plan, lane_id: int) -> Rederive:
     ws, L = lane_plan.work_source, lane_plan.canonical_replicas
     worker_ops = lane_plan.plan.worker_ops
     return Rederive(lane_id, lambda chunk_id: ws.lane_chunk(lane_id, L, chunk_id),
-                    lambda block: apply_ops(worker_ops, block))
+                    lambda block: apply_ops(worker_ops, block, count=False))
 
 
 class Prepared(NamedTuple):

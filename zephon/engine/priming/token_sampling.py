@@ -145,7 +145,7 @@ def measure(ds, d: int, fetch, pre: list, tok, te, show: bool = False) -> cal.Es
         for x, part in _take_for_tokens(pending, budget, rows_b):
             tokened = part
             if tok is not None and part is not None and te.measure is None:
-                tokened = apply_ops([tok], part)
+                tokened = apply_ops([tok], part, count=False)
             sample.t_b.append(_per_pointer(tokened, len(x), _tokens(tokened, te)))
             sample.x_b.append(x)
         if not sample.t_b or (len(sample.x_a), len(sample.t_b)) == before:
@@ -174,7 +174,7 @@ def _scan(ds, d, fetch, pre, field, known, ids, counts, n_shards, n_clusters, se
     if not clusters:
         return []
     ptrs = _pointer_block(d, clusters)
-    block = apply_ops([fetch, *pre], ptrs)
+    block = apply_ops([fetch, *pre], ptrs, count=False)
     if field is None:
         x = np.zeros(len(ptrs))
     elif known is not None:

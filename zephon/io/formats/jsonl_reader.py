@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import re
+from typing import Any
 
 import numpy as np
 import orjson
@@ -162,6 +164,11 @@ class JsonlShardReader:
                 obj = json.loads(line)
             except ValueError:
                 raise self._error(_utf8_problem(line) or f"malformed JSON: {e}", row) from None
+            if _SURROGATE_ESCAPE.search(line) and _lone_surrogate(obj):
+                # the stdlib also takes "\ud800" alone, which no text encoding can hold: a
+                # tokenizer (or any UTF-8 writer) would fail on it far from this line
+                raise self._error("a lone UTF-16 surrogate escape (\\ud800-\\udfff not part "
+                                  "of a pair): not valid Unicode text", row) from None
         if type(obj) is not dict:
             raise self._error(f"record is not a JSON object (found {type(obj).__name__})", row)
         return obj
@@ -311,6 +318,18 @@ class JsonlShardReader:
         buf, offs = self._gather(rows)
         self._release(rows)  # the lines were copied out (``_gather``)
         return self._parse_python(buf, offs, rows)
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _lone_surrogate(obj: Any) -> bool:
+    """Whether a decoded value holds a string no encoding can write (a lone surrogate)."""
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 RELEASE_BYTES = 1 << 20  # parsed bytes of a shard between two releases of its mapped pages

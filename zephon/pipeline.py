@@ -303,6 +303,11 @@ class Pipeline(RecordBuilders, TokenBuilders):
             "use to_torch_dataset()")
 
     @property
+    def ws(self) -> Any:
+        """The pipeline's work source (the reference's name for ``work_source``)."""
+        return self.work_source
+
+    @property
     def is_indexable(self) -> bool:
         """Always ``False``: pipelines are iterable, not map-style."""
         return False

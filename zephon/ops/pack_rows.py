@@ -28,7 +28,7 @@ def make_rows(op: Any, bins: PackedBins, src: Block, rows: np.ndarray) -> Block:
     seg_src = rows
     first = seg_src[bins.seg_offsets[:-1]]
     meta = {k: v[first] for k, v in src.meta.items()
-            if k not in ("padding_length", "comp_tokens", "comp_samples")}
+            if k not in ("padding_length", "comp_tokens", "comp_samples", "closes")}
     lineage = add_lineage(src.lineage[first], bins.token_start[bins.seg_offsets[:-1]])
     comp = src.meta["dataset_id"][seg_src]
     bin_of = bins.bin_of_segment()

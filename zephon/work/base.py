@@ -10,6 +10,11 @@ from typing import Any
 
 import numpy as np
 
+from zephon.work.read_config import ComponentOrder, MixtureReadConfig, MixtureReadMode
+
+__all__ = ["ComponentOrder", "MixtureReadConfig", "MixtureReadMode", "SampleId", "WorkChunk",
+           "WorkSource"]
+
 SampleId = tuple[int, int, int]  # (dataset_id, shard_id, sample_idx)
 """A sample pointer: ``(dataset_id, shard_id, sample_idx)``; ``dataset_id`` is the dataset's
 position in the work source's ``datasets``."""

@@ -6,10 +6,13 @@ from __future__ import annotations
 from collections import defaultdict
 
 import numpy as np
+import pytest
+from compat_sources import AlternatingSource
 
 from zephon import Pipeline
 from zephon.io import Dataset, InMemoryShard
 from zephon.ops import spawn_child
+from zephon.ops.accumulators import Accumulator, PassthroughAccumulator
 from zephon.types import ContributorRef, SampleCursor, SampleMeta, SampleRecord
 from zephon.work import StaticMixtureWorkSource
 
@@ -94,3 +97,81 @@ def test_split_after_a_fan_out_keeps_one_closing_contributor_per_base_offset():
         assert records[closing[0]].meta.lineage[0] == 1  # the piece of the second half
     assert isinstance(records[0].meta.contributors[0], ContributorRef)
     assert np.all([len(r.meta.lineage) == 2 for r in records])
+
+
+# -- item 4: source-exhaustion hooks and the reference's lane attributes ------------------------
+
+class _LaneRouted(AlternatingSource):
+    """Routes chunks by ``_lane``/``_canon``, the attributes 0.2.0's default clone sets."""
+
+    def next_chunk(self):
+        while True:
+            chunk = self._global(self.pos)
+            if chunk is None:
+                return None
+            self.pos += 1
+            if (self.pos - 1) % self._canon == self._lane:
+                return chunk
+
+
+def test_the_default_clone_sets_lane_and_canon():
+    clone = AlternatingSource().clone_for_lane(1, 3)
+    assert (clone._lane, clone._canon) == (1, 3)
+    texts = [r.payload["text"] for r in Pipeline(_LaneRouted()).options(
+        num_workers=0, canonical_replicas=2)]
+    assert sorted(texts) == sorted([f"a{i}" for i in range(60)] + [f"b{i}" for i in range(60)])
+
+
+def test_continues_after_exhaustion_defaults_to_none_and_must_be_a_frozenset():
+    assert AlternatingSource().continues_after_exhaustion() == frozenset()
+
+    class Bad(AlternatingSource):
+        def continues_after_exhaustion(self):
+            return ["a"]
+
+    with pytest.raises(ValueError, match="continues_after_exhaustion"):
+        list(Pipeline(Bad()).options(num_workers=0))
+
+
+CALLS: list = []
+
+
+class _HoldPerComponent(Accumulator):
+    """Holds every record until its component is exhausted; flush finds nothing left."""
+
+    def __init__(self) -> None:
+        self.held: dict = defaultdict(list)
+
+    def push_many(self, elems):
+        for e in elems:
+            self.held[(e.meta.lane_id, e.meta.sample_id[0])].append(e)
+        return []
+
+    def on_source_exhausted(self, lane_id, component_id):
+        group = self.held.pop((lane_id, component_id), [])
+        CALLS.append((lane_id, component_id, len(group)))
+        return [(group, 0)] if group else []
+
+    def flush(self, *, reset=False, lane_id=None):
+        keys = [k for k in self.held if lane_id is None or k[0] == lane_id]
+        CALLS.append(("flush", sum(len(self.held[k]) for k in keys)))
+        return [(self.held.pop(k), 0) for k in keys]
+
+    def has_pending_data(self, lane_id=None):
+        return any(v for k, v in self.held.items() if lane_id is None or k[0] == lane_id)
+
+
+def test_on_source_exhausted_runs_once_per_lane_and_component_at_the_end():
+    assert Accumulator.on_source_exhausted(PassthroughAccumulator(), 0, 1) == []
+    p = (Pipeline(AlternatingSource()).options(num_workers=0, canonical_replicas=2,
+                                                auto_validation="off")
+         .add_op("hold", process_many=lambda rs: list(rs), accumulator=_HoldPerComponent,
+                 preserves_cursor_order=False))
+    CALLS.clear()
+    texts = [r.payload["text"] for r in p]
+    assert sorted(texts) == sorted([f"a{i}" for i in range(60)] + [f"b{i}" for i in range(60)])
+    hooks = [c for c in CALLS if c[0] != "flush"]
+    assert sorted(h[:2] for h in hooks) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    # lane 0 reads 8 of the 15 chunks of 4 + 4 records, lane 1 the other 7
+    assert sorted(h[2] for h in hooks) == [28, 28, 32, 32]
+    assert [c for c in CALLS if c[0] == "flush"] == [("flush", 0), ("flush", 0)]

@@ -62,4 +62,8 @@ class LanePlan:
     def runner(self, lane_id: int, prepared: Iterator[Block | None], ctx: OpContext) -> LaneRunner:
         """The lane's serial part, fed by ``prepared`` (worker-stage output in lane order)."""
         state = self.restore.get(lane_id) if self.restore else None
+        ops = self.plan.worker_ops
+        datasets = getattr(ops[0], "datasets", None) if ops else None
+        if datasets is not None:  # the components end-of-data hooks are called for
+            ctx = ctx.with_services(component_ids=tuple(range(len(datasets))))
         return LaneRunner(self.plan, lane_id, prepared, ctx, restore=state, lane_plan=self)

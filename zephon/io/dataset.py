@@ -80,7 +80,8 @@ class Dataset(DatasetShards):
 
         Args:
             name: The dataset's name.
-            path: A local directory or any fsspec URL.
+            path: A local directory or any fsspec URL; for Lance also a version's
+                ``_versions/N.manifest`` file (read that older version).
             fmt: A registered format's name (``"jsonl"``, ``"parquet"``, ...): read only the
                 shards of that format. None detects (the formats' own index files first, then
                 each file in the format its name says, so a root may hold several; ``fmt`` is
@@ -101,9 +102,21 @@ class Dataset(DatasetShards):
             ValueError: No recognised shards, an unsupported format, or no records.
             DataError: A shard name that resolves outside the root.
         """
-        location = Location(os.fspath(path), dict(storage_options or {}))
+        from zephon.io.formats.lance import PINNED_MANIFEST, split_manifest_path
+
+        path = os.fspath(path)
+        manifest = split_manifest_path(path)  # a Lance version's manifest: read that version
+        if manifest is not None:
+            if fmt not in (None, "lance"):
+                raise ValueError(f"dataset {name!r}: {path} is a Lance manifest, not fmt={fmt!r}")
+            path, fmt = manifest[0], "lance"
+        location = Location(path, dict(storage_options or {}))
         runtime = ShardReaders(Resources(resolve_store(None)))
-        catalog = discover(name, location, fmt, runtime.res, split=split)
+        token = PINNED_MANIFEST.set(None if manifest is None else manifest[1])
+        try:
+            catalog = discover(name, location, fmt, runtime.res, split=split)
+        finally:
+            PINNED_MANIFEST.reset(token)
         out = cls(name, catalog.fmt, location=location, catalog=catalog,
                   on_bad_record=on_bad_record)
         out._runtime = runtime  # keep the resources discovery used in this process
@@ -154,6 +167,18 @@ class Dataset(DatasetShards):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._runtime_lock = threading.Lock()
+
+    @property
+    def path(self) -> str | None:
+        """Where the dataset is read from: its root (a local path or URL), for Lance the
+        manifest of the version discovery pinned; None for an in-memory dataset."""
+        loc = self._location
+        if loc is None:
+            return None
+        facts = self._catalog.facts if self._catalog is not None else None
+        manifest = next((f.get("manifest") for f in facts or () if isinstance(f, dict)
+                         and f.get("manifest")), None)
+        return loc.display(manifest) if manifest else loc.display()
 
     @property
     def on_bad_record(self) -> str:

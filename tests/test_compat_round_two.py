@@ -175,3 +175,32 @@ def test_on_source_exhausted_runs_once_per_lane_and_component_at_the_end():
     # lane 0 reads 8 of the 15 chunks of 4 + 4 records, lane 1 the other 7
     assert sorted(h[2] for h in hooks) == [28, 28, 32, 32]
     assert [c for c in CALLS if c[0] == "flush"] == [("flush", 0), ("flush", 0)]
+
+
+# -- item 7: pack_sequences keeps the reader's read-only token arrays ---------------------------
+
+def _token_parquet(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [list(range(100 * i, 100 * i + 3 + i % 5)) for i in range(20)]
+    pq.write_table(pa.table({"input_ids": pa.array(rows, pa.list_(pa.int32())),
+                             "k": pa.array(range(20))}), tmp_path / "part-0.parquet")
+    ds = Dataset.from_path("t", tmp_path)
+    return StaticMixtureWorkSource([ds], {"t": 1.0}, seed=1, chunk_size=8), rows
+
+
+@pytest.mark.parametrize("algorithm", ["first_fit", "wrap"])
+def test_pack_sequences_keeps_int32_token_arrays_read_only(tmp_path, algorithm):
+    ws, rows = _token_parquet(tmp_path)
+    kw = {"num_bins": 2} if algorithm == "first_fit" else {}
+    p = Pipeline(ws).options(num_workers=0).pack_sequences(max_length=10, algorithm=algorithm,
+                                                           **kw)
+    tokens = []
+    for r in p:
+        for seg in r.payload["packed_samples"]:
+            ids = seg["input_ids"]
+            assert isinstance(ids, np.ndarray) and ids.dtype == np.int32, type(ids)
+            assert not ids.flags.writeable
+            tokens.extend(ids.tolist())
+    assert sorted(tokens) == sorted(t for row in rows for t in row)

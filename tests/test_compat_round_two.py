@@ -14,7 +14,7 @@ from zephon.io import Dataset, InMemoryShard
 from zephon.ops import spawn_child
 from zephon.ops.accumulators import Accumulator, PassthroughAccumulator
 from zephon.types import ContributorRef, SampleCursor, SampleMeta, SampleRecord
-from zephon.work import StaticMixtureWorkSource
+from zephon.work import StaticMixtureWorkSource, WorkChunk
 
 
 def _source(n: int = 30, words: int = 12, chunk_size: int = 8) -> StaticMixtureWorkSource:
@@ -204,3 +204,56 @@ def test_pack_sequences_keeps_int32_token_arrays_read_only(tmp_path, algorithm):
             assert not ids.flags.writeable
             tokens.extend(ids.tolist())
     assert sorted(tokens) == sorted(t for row in rows for t in row)
+
+
+# -- item 1: ensure_mixture follows each chunk's target over a user WorkSource -----------------
+
+class _ShiftingTarget(AlternatingSource):
+    """Chunks of 10 ``a`` + 10 ``b`` records; the first three ask for 80% ``a``, the others for
+    80% ``b`` (a dynamic mixture: spec 5.9's per-chunk ``target_mixture``)."""
+
+    def __init__(self, targets: bool = True) -> None:
+        super().__init__(per_chunk=10)
+        self.targets = targets
+
+    def _global(self, g):
+        chunk = super()._global(g)
+        if chunk is None or not self.targets:
+            return chunk
+        target = {"a": 0.8, "b": 0.2} if g < 3 else {"a": 0.2, "b": 0.8}
+        return WorkChunk(components=chunk.components, seed=g, target_mixture=target)
+
+
+def _mixed(source, **kw) -> list[str]:
+    p = Pipeline(source).options(num_workers=0).ensure_mixture(weight_by="samples", **kw)
+    return [r.payload["text"][0] for r in p]
+
+
+def test_ensure_mixture_follows_each_chunks_target_over_a_user_source():
+    out = _mixed(_ShiftingTarget(), max_buffer_size=200)
+    assert len(out) == 120 and out.count("a") == 60  # every record once
+    # 80% a while the first three chunks' targets hold, then 80% b; at the end of the
+    # stream the a's left over are delivered too (nothing is dropped)
+    first, then = out[:40], out[40:100]
+    assert 0.75 <= first.count("a") / 40 <= 0.85, "".join(out)
+    assert 0.75 <= then.count("b") / 60 <= 0.85, "".join(out)
+    # without targets it keeps each chunk's composition (half and half)
+    plain = _mixed(_ShiftingTarget(targets=False), max_buffer_size=200)
+    workers = Pipeline(_ShiftingTarget()).options(num_workers=2, runner="process").ensure_mixture(
+        weight_by="samples", max_buffer_size=200)
+    assert [r.payload["text"][0] for r in workers] == out  # the coordinator sees the targets
+    assert all(abs(plain[:k].count("a") - k / 2) <= 1 for k in range(0, 120, 10))
+
+
+def test_ensure_mixture_per_chunk_target_checkpoint_resumes_exactly():
+    def build():
+        return Pipeline(_ShiftingTarget()).options(num_workers=0).ensure_mixture(
+            weight_by="samples", max_buffer_size=200)
+
+    whole = [r.payload["text"] for r in build()]
+    p = build()
+    it = iter(p)
+    head = [next(it).payload["text"] for _ in range(37)]
+    state = p.checkpoint()
+    rest = [r.payload["text"] for r in build().restore(state)]
+    assert head + rest == whole

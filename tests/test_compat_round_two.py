@@ -257,3 +257,19 @@ def test_ensure_mixture_per_chunk_target_checkpoint_resumes_exactly():
     state = p.checkpoint()
     rest = [r.payload["text"] for r in build().restore(state)]
     assert head + rest == whole
+
+
+# -- item 3: "stop" ends when the next quota cannot be supplied --------------------------------
+
+def test_stop_ends_before_the_chunk_whose_quota_the_small_dataset_cannot_supply():
+    from collections import Counter
+
+    a = Dataset.from_dict("a", {0: InMemoryShard([{"t": "a"}] * 3)})
+    b = Dataset.from_dict("b", {0: InMemoryShard([{"t": "b"}] * 100)})
+    ws = StaticMixtureWorkSource([a, b], {"a": 0.05, "b": 0.95}, chunk_size=10,
+                                 exhausted_policy="stop")
+    got = Counter(r.payload["t"] for r in Pipeline(ws).options(num_workers=0))
+    # a's quota is one sample every other chunk: its 4th would be due in chunk 6, so chunks
+    # 0-5 are read whole (spec 4.6), not cut right after a's 3rd sample
+    assert got == {"a": 3, "b": 57}
+    assert ws.total_samples == 60

@@ -8,8 +8,9 @@ just the next chunk id, and restore is O(1) in training progress.
 
 Differences from the reference (deliberate): no epoch tail is dropped (a pass ending mid-quota
 continues with the next epoch's order in the same chunk); the default ``stop_after_passes=1``
-ends exactly when the last dataset completes its pass, and "stop" exactly when a stop dataset
-is exhausted (the final chunk may be short); a dataset smaller than its per-chunk quota wraps
+ends exactly when the last dataset completes its pass, and "stop" before the first chunk
+whose quota a stop dataset cannot supply (cut right after its last sample when that chunk
+still holds it, so the final chunk may be short); a dataset smaller than its per-chunk quota wraps
 instead of being refused; lanes never generate each other's chunks.
 """
 
@@ -65,7 +66,8 @@ class StaticMixtureWorkSource(WorkSource):
         shuffle_block_size: Shuffle each dataset's sequence in blocks of this many pointers:
             an int, ``"auto"`` (8 x the largest shard) or ``"global"`` (the whole dataset);
             None: no block shuffle.
-        exhausted_policy: ``"stop"`` (the source ends when this dataset runs out) or
+        exhausted_policy: ``"stop"`` (the source ends when this dataset cannot supply its next
+            chunk's quota) or
             ``"repeat"`` (it starts a new pass), for all datasets or per name.
         reshuffle_on_repeat: A new order for every pass (default True), for all or per name.
         max_repeats: Passes after the first that a repeating dataset may make, for all or per

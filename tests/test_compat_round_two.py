@@ -11,7 +11,7 @@ from compat_sources import AlternatingSource
 
 from zephon import Pipeline
 from zephon.io import Dataset, InMemoryShard
-from zephon.ops import spawn_child
+from zephon.ops import BaseOp, OpTraits, spawn_child
 from zephon.ops.accumulators import Accumulator, PassthroughAccumulator
 from zephon.types import ContributorRef, SampleCursor, SampleMeta, SampleRecord
 from zephon.work import StaticMixtureWorkSource, WorkChunk
@@ -273,3 +273,37 @@ def test_stop_ends_before_the_chunk_whose_quota_the_small_dataset_cannot_supply(
     # 0-5 are read whole (spec 4.6), not cut right after a's 3rd sample
     assert got == {"a": 3, "b": 57}
     assert ws.total_samples == 60
+
+
+# -- item 9: an instance operator without validation_samples() is not probed -------------------
+
+class _WholePush(Accumulator):
+    """Returns each push as one group (fine for Zephon, whose lanes each get their own)."""
+
+    def push_many(self, elems):
+        return [(list(elems), 0)] if elems else []
+
+    def flush(self, *, reset=False, lane_id=None):
+        return []
+
+
+class _Upper(BaseOp):
+    def traits(self) -> OpTraits:
+        return OpTraits(preserves_cursor_order=True, requires_serial_state=True)
+
+    def accumulator(self, *, deterministic, ctx):
+        return _WholePush()
+
+    def process_many(self, records):
+        return [SampleRecord(r.meta, {**r.payload, "text": r.payload["text"].upper()})
+                for r in records]
+
+
+def test_instance_op_without_validation_samples_skips_runtime_checks_and_runs():
+    p = Pipeline(AlternatingSource()).options(num_workers=0, canonical_replicas=2).add_op(
+        _Upper())
+    report = p.validate()
+    assert report.ok and "OP_INSTANCE_RUNTIME_CHECKS_SKIPPED" in report.codes()
+    assert "ACC_MIXES_LANES" not in report.codes()
+    texts = sorted(r.payload["text"] for r in p)  # strict auto-validation lets it run
+    assert texts == sorted([f"A{i}" for i in range(60)] + [f"B{i}" for i in range(60)])

@@ -307,3 +307,35 @@ def test_instance_op_without_validation_samples_skips_runtime_checks_and_runs():
     assert "ACC_MIXES_LANES" not in report.codes()
     texts = sorted(r.payload["text"] for r in p)  # strict auto-validation lets it run
     assert texts == sorted([f"A{i}" for i in range(60)] + [f"B{i}" for i in range(60)])
+
+
+# -- item 10: after_last_user with several generation spans per answer ------------------------
+
+REASONING = (
+    "{% for m in messages %}"
+    "{% if m.role == 'assistant' %}<a>"
+    "{% generation %}[think:{{ m.reasoning }}]{% endgeneration %}|"
+    "{% generation %}{{ m.content }}{{ eos_token }}{% endgeneration %}"
+    "{% else %}<{{ m.role }}>{{ m.content }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<a>{% endif %}")
+
+
+def test_after_last_user_supervises_every_span_of_the_last_answer():
+    pytest.importorskip("jinja2")
+    conv = [{"role": "user", "content": "Q1"},
+            {"role": "assistant", "content": "A1", "reasoning": "r1"},
+            {"role": "user", "content": "Q2"},
+            {"role": "assistant", "content": "A2", "reasoning": "r2"}]
+    ds = Dataset.from_dict("c", {0: InMemoryShard([{"messages": conv}])})
+    ws = StaticMixtureWorkSource([ds], {"c": 1.0}, chunk_size=4, seed=1)
+
+    def supervised(scope: str) -> str:
+        p = Pipeline(ws).options(num_workers=0).tokenize_chat(
+            "__fallback__", chat_template=REASONING, loss_scope=scope)
+        (r,) = list(p)
+        ids = np.asarray(r.payload["input_ids"]) - 4
+        mask = np.asarray(r.payload["loss_mask"], dtype=bool)
+        return bytes(ids[mask].astype(np.uint8)).decode()
+
+    assert supervised("after_last_user") == "[think:r2]A2</s>"
+    assert supervised("all_assistant") == "[think:r1]A1</s>[think:r2]A2</s>"

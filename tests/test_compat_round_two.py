@@ -339,3 +339,55 @@ def test_after_last_user_supervises_every_span_of_the_last_answer():
 
     assert supervised("after_last_user") == "[think:r2]A2</s>"
     assert supervised("all_assistant") == "[think:r1]A1</s>[think:r2]A2</s>"
+
+
+# -- item 5: priming in place, and in-memory datasets measured ---------------------------------
+
+def _token_source():
+    from zephon.work import TokenEstimation
+
+    rows = {"a": [{"text": "hello world " * (i % 7 + 1)} for i in range(120)],
+            "b": [{"text": "x" * (i % 50 + 10)} for i in range(120)]}
+    ds = [Dataset.from_dict(n, {0: InMemoryShard(r)}) for n, r in rows.items()]
+    return StaticMixtureWorkSource(ds, {"a": 0.5, "b": 0.5}, chunk_size=16,
+                                   token_estimation=TokenEstimation()), rows
+
+
+def _exact_ratio(rows, per_record: int = 1) -> float:
+    import json
+
+    tokens = sum(per_record * (len(r["text"].encode()) + 2) for r in rows)  # bytes + BOS/EOS
+    return tokens / sum(len(json.dumps(r, sort_keys=True).encode()) for r in rows)
+
+
+def test_priming_answers_on_the_users_source_and_measures_in_memory_datasets():
+    import warnings
+
+    ws, rows = _token_source()
+    p = Pipeline(ws).options(num_workers=0).tokenize(tokenizer_id="__fallback__", field="text")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback ratio, no imprecise estimate
+        n = sum(1 for _ in p)
+    assert ws.total_samples == n  # primed in place: no "not primed yet"
+    ratios = ws.state_dict()["token_ratios"]
+    for name in ("a", "b"):
+        assert ratios[name] == pytest.approx(_exact_ratio(rows[name]), rel=1e-9)
+
+
+def _twice(records):
+    return [SampleRecord(spawn_child(r.meta, i, is_last_child=i == 1), dict(r.payload))
+            for r in records for i in range(2)]
+
+
+def test_a_replayable_fan_out_doubles_the_measured_ratio():
+    ws, rows = _token_source()
+    p = (Pipeline(ws).options(num_workers=0)
+         .add_op("twice", process_many=_twice, preserves_cursor_order=True,
+                 calibration_replayable=True)
+         .tokenize(tokenizer_id="__fallback__", field="text"))
+    next(iter(p))
+    assert ws.token_ratios["a"] == pytest.approx(_exact_ratio(rows["a"], 2), rel=1e-9)
+    p.close()
+    # a change of operators forgets the ratios this pipeline put there
+    p.tokenize(tokenizer_id="__fallback__", field="text")
+    assert ws.token_ratios is None

@@ -41,5 +41,8 @@ class PipelineBase:
         self._ops.append(op)
         self._validated = False
         self._primed = None  # token ratios are measured through the chain: again
+        forget = getattr(self.work_source, "_forget_adopted_ratios", None)
+        if forget is not None:
+            forget()
         self._changed()
         return self

@@ -238,6 +238,20 @@ class StaticMixtureWorkSource(WorkSource):
         self._token_ratios = {n: merged[n] for n in self._names}
         self._plan = None
 
+    def _adopt_token_ratios(self, ratios: Mapping[str, float] | None) -> None:
+        """Take the ratios a pipeline's priming measured on its copy of this source (so that
+        ``total_samples`` and ``state_dict()`` answer here too); a later change of that
+        pipeline's operators forgets them again (``_forget_adopted_ratios``)."""
+        if ratios is None or self._token_estimation is None or self._token_ratios is not None:
+            return
+        self._token_ratios = {n: float(ratios[n]) for n in self._names}
+        self._plan = None
+        self._adopted_ratios = True
+
+    def _forget_adopted_ratios(self) -> None:
+        if getattr(self, "_adopted_ratios", False):
+            self._token_ratios, self._plan, self._adopted_ratios = None, None, False
+
     def _sample_weights(self) -> list[Fraction]:
         exact = self._mixture.exact
         if self._token_estimation is None:

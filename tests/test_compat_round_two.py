@@ -391,3 +391,68 @@ def test_a_replayable_fan_out_doubles_the_measured_ratio():
     # a change of operators forgets the ratios this pipeline put there
     p.tokenize(tokenizer_id="__fallback__", field="text")
     assert ws.token_ratios is None
+
+
+def _rows(name: str, n: int) -> Dataset:
+    return Dataset.from_dict(name, {0: InMemoryShard([{"t": name, "i": i} for i in range(n)])})
+
+
+def test_redistribute_hands_an_exhausted_datasets_share_to_the_others():
+    ws = StaticMixtureWorkSource([_rows("a", 33), _rows("b", 100)], {"a": 0.5, "b": 0.5},
+                                 chunk_size=10, exhausted_policy={"a": "redistribute",
+                                                                  "b": "stop"})
+    lane = ws.clone_for_lane(0, 1)
+    counts = []
+    while (chunk := lane.next_chunk()) is not None:
+        counts.append((chunk.counts()["a"], chunk.counts()["b"]))
+    # a gives 5 a chunk while it lasts, its last 3 in chunk 6 (b takes the shortfall), then b
+    # alone fills every chunk until its own pass ends ("stop")
+    assert counts[:8] == [(5, 5)] * 6 + [(3, 7), (0, 10)]
+    assert all(sum(c) == 10 for c in counts[:-1]) and sum(a for a, _ in counts) == 33
+    recs = [(r.payload["t"], r.payload["i"]) for r in Pipeline(ws).options(num_workers=0)]
+    assert sorted(recs) == sorted([("a", i) for i in range(33)] + [("b", i) for i in range(100)])
+
+    # every dataset redistributed: the stream ends after the last sample of the last one
+    both = StaticMixtureWorkSource([_rows("a", 33), _rows("b", 100)], {"a": 0.3, "b": 0.7},
+                                   chunk_size=10, exhausted_policy="redistribute")
+    assert both.total_samples == 133
+
+    def build():
+        return Pipeline(StaticMixtureWorkSource(
+            [_rows("a", 33), _rows("b", 100)], {"a": 0.5, "b": 0.5}, chunk_size=10, seed=4,
+            exhausted_policy={"a": "redistribute", "b": "stop"})).options(
+            num_workers=0).shuffle(buffer_size=8, seed=1)
+
+    whole = [r.payload["i"] for r in build()]
+    p = build()
+    it = iter(p)
+    head = [next(it).payload["i"] for _ in range(61)]
+    rest = [r.payload["i"] for r in build().restore(p.checkpoint())]
+    assert head + rest == whole
+
+
+@pytest.mark.parametrize("weights,leave,chunk", [
+    ((1, 1, 2), (7, None, 40), 8), ((1, 19), (3, None), 10), ((3, 3, 3), (5, 9, None), 7),
+    ((1, 1), (12, 30), 4)])
+def test_redistributed_quotas_keep_chunks_whole_and_every_sample_of_the_pass(weights, leave,
+                                                                             chunk):
+    from fractions import Fraction
+
+    from zephon.work.quotas import RedistributedQuotas
+
+    total = sum(weights)
+    q = RedistributedQuotas([Fraction(w, total) for w in weights], chunk, leave)
+    last = None
+    end = q.end_position
+    for k in range(60):
+        cum = q.cum(k + 1)
+        if end is None or (k + 1) * chunk <= end:
+            assert sum(cum) == (k + 1) * chunk
+        if last is not None:
+            assert all(b >= a for a, b in zip(last, cum))
+        last = cum
+    for c, lim in enumerate(leave):
+        if lim is not None:
+            assert last[c] == lim  # each leaving dataset gives its whole pass, no more
+            k = q.chunk_reaching(c, lim)
+            assert q.cum(k)[c] < lim <= q.cum(k + 1)[c]

@@ -60,6 +60,9 @@ class CurriculumPlan:
         ends = [max(self.quotas.chunk_reaching(c, lim + 1) * self.chunk_size,
                     self.position_of(c, lim) if lim else 0)
                 for c, lim in enumerate(limits) if lim is not None]
+        last = getattr(self.quotas, "end_position", None)  # every dataset left ("redistribute")
+        if last is not None:
+            ends.append(last)
         return min(ends) if ends else None
 
     def position_of(self, component: int, count: int) -> int:

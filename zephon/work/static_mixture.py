@@ -31,7 +31,7 @@ from zephon.work.mixture import MixtureSpec
 from zephon.work.mixture_state import mixture_state, read_mixture_state
 from zephon.work.order import DatasetOrder
 from zephon.work.plan import CurriculumPlan
-from zephon.work.quotas import QuotaSchedule
+from zephon.work.quotas import QuotaSchedule, RedistributedQuotas
 from zephon.work.token_estimation import (
     TokenEstimation,
     check_ratio,
@@ -67,8 +67,9 @@ class StaticMixtureWorkSource(WorkSource):
             an int, ``"auto"`` (8 x the largest shard) or ``"global"`` (the whole dataset);
             None: no block shuffle.
         exhausted_policy: ``"stop"`` (the source ends when this dataset cannot supply its next
-            chunk's quota) or
-            ``"repeat"`` (it starts a new pass), for all datasets or per name.
+            chunk's quota), ``"repeat"`` (it starts a new pass) or ``"redistribute"`` (after
+            its pass its share goes to the datasets still in the mixture; the source ends when
+            none is left), for all datasets or per name.
         reshuffle_on_repeat: A new order for every pass (default True), for all or per name.
         max_repeats: Passes after the first that a repeating dataset may make, for all or per
             name; the source ends when one would exceed it.
@@ -275,10 +276,13 @@ class StaticMixtureWorkSource(WorkSource):
                       for i, (ids, counts) in enumerate(self._shards)]
             mode, limits = kn.termination.sample_limits([o.total for o in orders])
             weights = self._sample_weights()
-            key = (tuple(weights), kn.chunk_size)
+            leave = kn.termination.redistributed([o.total for o in orders])
+            key = (tuple(weights), kn.chunk_size, leave)
             quotas = self._shared_quotas.get(key)
             if quotas is None:
-                quotas = self._shared_quotas[key] = QuotaSchedule(weights, kn.chunk_size)
+                quotas = self._shared_quotas[key] = (
+                    RedistributedQuotas(weights, kn.chunk_size, leave)
+                    if any(n is not None for n in leave) else QuotaSchedule(weights, kn.chunk_size))
             self._plan = CurriculumPlan(orders, quotas, mode, limits, k)
         return self._plan
 

@@ -181,9 +181,10 @@ class Pipeline(RecordBuilders, TokenBuilders):
             self._validated = True
         self._runtime = Session(spec, on_started=self._restore_consumed)
         self._primed = self._runtime.spec.work_source
-        adopt = getattr(self.work_source, "_adopt_token_ratios", None)
-        if adopt is not None and self._primed is not self.work_source:  # primed in place
-            adopt(getattr(self._primed, "token_ratios", None))
+        if self._primed is not self.work_source:  # the user's source answers as primed too
+            from zephon.work.token_estimation import adopt_token_ratios
+
+            adopt_token_ratios(self.work_source, getattr(self._primed, "token_ratios", None))
         return iter(self._runtime)
 
     def checkpoint(self) -> dict:

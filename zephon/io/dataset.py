@@ -102,21 +102,13 @@ class Dataset(DatasetShards):
             ValueError: No recognised shards, an unsupported format, or no records.
             DataError: A shard name that resolves outside the root.
         """
-        from zephon.io.formats.lance import PINNED_MANIFEST, split_manifest_path
+        from zephon.io.formats.lance import pinned_manifest
 
-        path = os.fspath(path)
-        manifest = split_manifest_path(path)  # a Lance version's manifest: read that version
-        if manifest is not None:
-            if fmt not in (None, "lance"):
-                raise ValueError(f"dataset {name!r}: {path} is a Lance manifest, not fmt={fmt!r}")
-            path, fmt = manifest[0], "lance"
+        path, fmt, pin = pinned_manifest(name, os.fspath(path), fmt)  # a Lance version's file
         location = Location(path, dict(storage_options or {}))
         runtime = ShardReaders(Resources(resolve_store(None)))
-        token = PINNED_MANIFEST.set(None if manifest is None else manifest[1])
-        try:
+        with pin:
             catalog = discover(name, location, fmt, runtime.res, split=split)
-        finally:
-            PINNED_MANIFEST.reset(token)
         out = cls(name, catalog.fmt, location=location, catalog=catalog,
                   on_bad_record=on_bad_record)
         out._runtime = runtime  # keep the resources discovery used in this process
@@ -172,13 +164,9 @@ class Dataset(DatasetShards):
     def path(self) -> str | None:
         """Where the dataset is read from: its root (a local path or URL), for Lance the
         manifest of the version discovery pinned; None for an in-memory dataset."""
-        loc = self._location
-        if loc is None:
-            return None
-        facts = self._catalog.facts if self._catalog is not None else None
-        manifest = next((f.get("manifest") for f in facts or () if isinstance(f, dict)
-                         and f.get("manifest")), None)
-        return loc.display(manifest) if manifest else loc.display()
+        facts = (self._catalog.facts if self._catalog is not None else None) or ()
+        pinned = [f["manifest"] for f in facts if isinstance(f, dict) and f.get("manifest")]
+        return None if self._location is None else self._location.display(*pinned[:1])
 
     @property
     def on_bad_record(self) -> str:

@@ -9,8 +9,8 @@ just the next chunk id, and restore is O(1) in training progress.
 Differences from the reference (deliberate): no epoch tail is dropped (a pass ending mid-quota
 continues with the next epoch's order in the same chunk); the default ``stop_after_passes=1``
 ends exactly when the last dataset completes its pass, and "stop" before the first chunk
-whose quota a stop dataset cannot supply (cut right after its last sample when that chunk
-still holds it, so the final chunk may be short); a dataset smaller than its per-chunk quota wraps
+whose quota a stop dataset cannot supply (right after its last sample if that chunk holds
+it); a dataset smaller than its per-chunk quota wraps
 instead of being refused; lanes never generate each other's chunks.
 """
 
@@ -239,20 +239,6 @@ class StaticMixtureWorkSource(WorkSource):
         self._token_ratios = {n: merged[n] for n in self._names}
         self._plan = None
 
-    def _adopt_token_ratios(self, ratios: Mapping[str, float] | None) -> None:
-        """Take the ratios a pipeline's priming measured on its copy of this source (so that
-        ``total_samples`` and ``state_dict()`` answer here too); a later change of that
-        pipeline's operators forgets them again (``_forget_adopted_ratios``)."""
-        if ratios is None or self._token_estimation is None or self._token_ratios is not None:
-            return
-        self._token_ratios = {n: float(ratios[n]) for n in self._names}
-        self._plan = None
-        self._adopted_ratios = True
-
-    def _forget_adopted_ratios(self) -> None:
-        if getattr(self, "_adopted_ratios", False):
-            self._token_ratios, self._plan, self._adopted_ratios = None, None, False
-
     def _sample_weights(self) -> list[Fraction]:
         exact = self._mixture.exact
         if self._token_estimation is None:
@@ -278,11 +264,9 @@ class StaticMixtureWorkSource(WorkSource):
             weights = self._sample_weights()
             leave = kn.termination.redistributed([o.total for o in orders])
             key = (tuple(weights), kn.chunk_size, leave)
-            quotas = self._shared_quotas.get(key)
-            if quotas is None:
-                quotas = self._shared_quotas[key] = (
-                    RedistributedQuotas(weights, kn.chunk_size, leave)
-                    if any(n is not None for n in leave) else QuotaSchedule(weights, kn.chunk_size))
+            quotas = self._shared_quotas.get(key) or self._shared_quotas.setdefault(key, (
+                RedistributedQuotas(weights, kn.chunk_size, leave)
+                if any(n is not None for n in leave) else QuotaSchedule(weights, kn.chunk_size)))
             self._plan = CurriculumPlan(orders, quotas, mode, limits, k)
         return self._plan
 

@@ -173,3 +173,19 @@ def _memory_bytes_per_sample(dataset: Any) -> float | None:
         except AttributeError:
             pass
     return cached or None
+
+
+def adopt_token_ratios(ws: Any, ratios: Any) -> None:
+    """Give a token-aware ``StaticMixtureWorkSource`` the ratios its pipeline primed a copy of
+    it with (``total_samples``, ``state_dict()``); ``forget_token_ratios`` undoes it."""
+    if ratios is None or getattr(ws, "token_estimation", None) is None \
+            or getattr(ws, "_token_ratios", True) is not None:
+        return
+    ws._token_ratios, ws._plan = {n: float(ratios[n]) for n in ws._names}, None
+    ws._adopted_ratios = True
+
+
+def forget_token_ratios(ws: Any) -> None:
+    """The operators changed: ratios ``adopt_token_ratios`` gave are measured again."""
+    if getattr(ws, "_adopted_ratios", False):
+        ws._token_ratios, ws._plan, ws._adopted_ratios = None, None, False

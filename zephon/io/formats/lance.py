@@ -26,6 +26,8 @@ import posixpath
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
@@ -77,6 +79,26 @@ def split_manifest_path(path: str) -> tuple[str, str] | None:
     if versions != "_versions" or newest_manifest([name]) is None:
         return None
     return parent, name
+
+
+@contextmanager
+def _pinning(name: str | None) -> Iterator[None]:
+    token = PINNED_MANIFEST.set(name)
+    try:
+        yield
+    finally:
+        PINNED_MANIFEST.reset(token)
+
+
+def pinned_manifest(dataset: str, path: str, fmt: str | None) -> tuple[str, str | None, Any]:
+    """``(root, fmt, context)`` for ``Dataset.from_path``: a ``_versions/N.manifest`` path
+    reads that version of the Lance dataset at its root (discover inside ``context``)."""
+    manifest = split_manifest_path(path)
+    if manifest is None:
+        return path, fmt, _pinning(None)
+    if fmt not in (None, "lance"):
+        raise ValueError(f"dataset {dataset!r}: {path} is a Lance manifest, not fmt={fmt!r}")
+    return manifest[0], "lance", _pinning(manifest[1])
 
 
 def newest_manifest(names: list[str]) -> tuple[int, str] | None:

@@ -319,4 +319,3 @@ class Pipeline(RecordBuilders, TokenBuilders):
     def __repr__(self) -> str:
         names = ["fetch", *(o.op_name for o in self._ops)]
         return f"Pipeline({' -> '.join(names)})"
-

@@ -202,3 +202,31 @@ def test_one_reader_read_from_several_threads_at_once(written):
     with ThreadPoolExecutor(4) as pool:
         got = list(pool.map(read, asks))
     assert got == [[ids[r] for r in rows] for rows in asks]
+
+
+def test_dataset_path_is_the_pinned_manifest_and_a_manifest_reads_its_version(tmp_path):
+    """Issue 32 item 6 (spec addendum A.11): ``dataset.path`` is the manifest discovery pinned;
+    passing an older manifest reads that version."""
+    root = tmp_path / "ds.lance"
+    lance.write_dataset(_table(0, 40), str(root), max_rows_per_file=30)
+    v1 = Dataset.from_path("l", root)
+    assert v1.path is not None and v1.path.startswith(str(root) + "/_versions/")
+    assert v1.path.endswith(".manifest") and v1.total() == 40
+    old = v1.path
+    lance.write_dataset(_table(100, 25), str(root), mode="append")
+    newest = Dataset.from_path("l", root)
+    assert newest.total() == 65 and newest.path != old
+    again = Dataset.from_path("l", old)  # the first version, by its manifest
+    assert again.fmt == "lance" and again.total() == 40 and again.path == old
+    assert sorted(int(r["id"]) for r in flat(one_epoch(again))) == list(range(40))
+    assert Dataset.from_path("l", newest.path).total() == 65
+    with pytest.raises(FileNotFoundError, match="manifest"):
+        Dataset.from_path("l", str(root / "_versions" / "999.manifest"))
+
+
+def test_dataset_path_of_other_roots(tmp_path):
+    from zephon.io import InMemoryShard
+
+    (tmp_path / "part-0.jsonl").write_text('{"text": "a"}\n')
+    assert Dataset.from_path("j", tmp_path).path == str(tmp_path)
+    assert Dataset.from_dict("m", {0: InMemoryShard([{"x": 1}])}).path is None

@@ -121,7 +121,8 @@ def test_a_second_pipeline_reuses_the_node_cache_and_streams_the_same(
     assert again == stream
     assert set(sources.values()) == {"node cache"}
     assert second._primed.token_ratios == first._primed.token_ratios  # the primed copies
-    assert first.work_source.token_ratios is None  # the user's work source is left as it is
+    # the user's work source answers with the figures its pipeline measured (as in the reference)
+    assert first.work_source.token_ratios == first._primed.token_ratios
 
 
 def test_a_changed_tokenizer_or_dataset_is_measured_again(corpus, tokenizer_path, cache,

@@ -168,10 +168,13 @@ def test_default_ends_when_the_last_dataset_completes_one_pass():
 def test_stop_policy_ends_at_first_exhaustion_and_delivers_everything():
     ds = three_datasets()
     ws = StaticMixtureWorkSource(ds, W3, chunk_size=32, seed=3, exhausted_policy="stop")
-    ptrs = stream(drain(ws))
-    # math (20 samples at .3) runs out first; its last sample ends the stream.
+    chunks = drain(ws)
+    ptrs = stream(chunks)
+    # math (20 samples at .3) runs out first: its 20th and 21st samples fall in one chunk, so
+    # the stream ends right after the 20th (no sample of the pass is left out)
     assert ptrs[-1][0] == 2
     assert [len(p) for p in assert_exact_passes(ptrs, 2, ds[2])] == [20]
+    assert all(len(c) == 32 for c in chunks[:-1])
     for d in (0, 1):
         assert_exact_passes(ptrs, d, ds[d])
     assert len(ptrs) == ws.total_samples == len(ws)
@@ -272,7 +275,7 @@ def test_spec_a4_termination_defaults_small_dataset_cycles_reshuffled():
     assert len({tuple(p) for p in passes}) > 50  # reshuffled on each repeat
     stop = StaticMixtureWorkSource([small, big], {"small": 1, "big": 1}, chunk_size=4,
                                    exhausted_policy="stop")
-    assert stop.total_samples == 19  # 10 of small interleaved with 9 of big, then the end
+    assert stop.total_samples == 20  # 10 of small and 10 of big: 5 whole chunks, then the end
     with pytest.raises(ValueError):
         StaticMixtureWorkSource([small, big], {"small": 1, "big": 1}, exhausted_policy="stop",
                                 stop_after_passes=1)

@@ -220,7 +220,7 @@ def test_work_source_surface():
     dict(lane_assignment="round_robin"), dict(shuffle_block_size=True),
     dict(shuffle_block_size=0), dict(shuffle_block_size="big"), dict(shuffle_shards="yes"),
     dict(exhausted_policy="drop"), dict(exhausted_policy={"nope": "stop"}),
-    dict(exhausted_policy="redistribute"), dict(max_repeats=-1), dict(max_repeats=True),
+    dict(exhausted_policy="spread"), dict(max_repeats=-1), dict(max_repeats=True),
     dict(max_repeats={"nope": 1}), dict(stop_after_passes=0), dict(stop_after_passes=True),
     dict(exhausted_policy={"code": "stop"}, stop_after_passes=1),
     dict(reshuffle_on_repeat="no"), dict(reshuffle_on_repeat={"nope": False}),

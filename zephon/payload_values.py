@@ -33,10 +33,12 @@ import numpy as np
 import pyarrow as pa
 
 __all__ = ["VALUES_KEY", "column_values", "concat_marks", "is_marked", "mark",
-           "mark_from_payloads", "payload_rows"]
+           "mark_from_payloads", "mark_nested", "payload_rows"]
 
 VALUES_KEY = b"zephon.values"
 _NUMPY = b"numpy"
+# a list<struct> column (pack_sequences' segments) whose numeric list fields are A.10 arrays
+_NESTED = b"nested"
 
 
 def mark(table: pa.Table, columns: Sequence[str] | None = None) -> pa.Table:
@@ -63,9 +65,22 @@ def mark_from_payloads(table: pa.Table, payloads: Sequence[Any], look: int = 8) 
     return mark(table, numpy_cols) if numpy_cols else table
 
 
+def mark_nested(table: pa.Table, name: str) -> pa.Table:
+    """``table`` with its list<struct> column ``name`` marked: the numeric list fields of its
+    structs come back as read-only arrays (A.10's values), the rest as Python values."""
+    fields = [f.with_metadata({**(f.metadata or {}), VALUES_KEY: _NESTED}) if f.name == name
+              else f for f in table.schema]
+    return pa.Table.from_arrays(table.columns, schema=pa.schema(fields, table.schema.metadata))
+
+
 def _field_marked(field: pa.Field) -> bool:
     md = field.metadata
-    return bool(md) and md.get(VALUES_KEY) == _NUMPY
+    return bool(md) and md.get(VALUES_KEY) in (_NUMPY, _NESTED)
+
+
+def _field_nested(field: pa.Field) -> bool:
+    md = field.metadata
+    return bool(md) and md.get(VALUES_KEY) == _NESTED
 
 
 def is_marked(table: pa.Table, name: str) -> bool:
@@ -85,15 +100,33 @@ def concat_marks(tables: Sequence[pa.Table], out: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(out.columns, schema=pa.schema(fields, out.schema.metadata))
 
 
-def column_values(col: pa.ChunkedArray | pa.Array, marked: bool) -> list:
+def column_values(col: pa.ChunkedArray | pa.Array, marked: bool, nested: bool = False) -> list:
     """One Python value per row: A.10 values for a marked column, ``to_pylist`` otherwise."""
     if not marked:
         return col.to_pylist()
     chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
     out: list = []
     for chunk in chunks:
-        out.extend(_chunk_values(chunk))
+        out.extend(_nested_values(chunk) if nested else _chunk_values(chunk))
     return out
+
+
+def _nested_values(arr: pa.Array) -> list:
+    """Rows of a list<struct> column: lists of dicts whose numeric list fields are arrays."""
+    t = arr.type
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t)) \
+            or not pa.types.is_struct(t.value_type) or arr.null_count:
+        return arr.to_pylist()
+    offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+    structs = arr.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    if structs.null_count:
+        return arr.to_pylist()
+    names = [structs.type.field(i).name for i in range(structs.type.num_fields)]
+    cols = [_chunk_values(structs.field(i)) for i in range(len(names))]
+    segs = [dict(zip(names, row)) for row in zip(*cols)] if cols else \
+        [{} for _ in range(len(structs))]
+    offsets = offsets - offsets[0]
+    return [segs[a:b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
 
 
 def _chunk_values(arr: pa.Array) -> list:
@@ -171,6 +204,7 @@ def _arrays(arr: pa.Array, dims: list[int]) -> list:
 
 def payload_rows(table: pa.Table, names: Sequence[str]) -> list[dict[str, Any]]:
     """Rows of ``table`` (columns ``names``) as dicts, each column converted once."""
-    cols = [column_values(table.column(c), _field_marked(table.schema.field(c))) for c in names]
+    cols = [column_values(table.column(c), _field_marked(table.schema.field(c)),
+                          _field_nested(table.schema.field(c))) for c in names]
     return [dict(zip(names, row)) for row in zip(*cols)] if cols else \
         [{} for _ in range(table.num_rows)]

@@ -181,6 +181,10 @@ class Pipeline(RecordBuilders, TokenBuilders):
             self._validated = True
         self._runtime = Session(spec, on_started=self._restore_consumed)
         self._primed = self._runtime.spec.work_source
+        if self._primed is not self.work_source:  # the user's source answers as primed too
+            from zephon.work.token_estimation import adopt_token_ratios
+
+            adopt_token_ratios(self.work_source, getattr(self._primed, "token_ratios", None))
         return iter(self._runtime)
 
     def checkpoint(self) -> dict:
@@ -303,6 +307,11 @@ class Pipeline(RecordBuilders, TokenBuilders):
             "use to_torch_dataset()")
 
     @property
+    def ws(self) -> Any:
+        """The pipeline's work source (the reference's name for ``work_source``)."""
+        return self.work_source
+
+    @property
     def is_indexable(self) -> bool:
         """Always ``False``: pipelines are iterable, not map-style."""
         return False
@@ -310,4 +319,3 @@ class Pipeline(RecordBuilders, TokenBuilders):
     def __repr__(self) -> str:
         names = ["fetch", *(o.op_name for o in self._ops)]
         return f"Pipeline({' -> '.join(names)})"
-

@@ -41,5 +41,8 @@ class PipelineBase:
         self._ops.append(op)
         self._validated = False
         self._primed = None  # token ratios are measured through the chain: again
+        from zephon.work.token_estimation import forget_token_ratios
+
+        forget_token_ratios(self.work_source)
         self._changed()
         return self

@@ -16,6 +16,9 @@ from zephon.block import Block
 from zephon.columns import column
 
 SampleId = tuple[int, int, int]
+CLOSES = "closes"
+"""Optional block meta column (int8): 1 where a fan-out's child closes its base offset (the
+last child of its parent), 0 for the children before it."""
 LineagePath = tuple[int, ...]
 SampleCursorKey = tuple[int, int, LineagePath, SampleId]
 DatasetId = int
@@ -91,6 +94,10 @@ class SampleMeta:
         info = self.tags.get("_packing_metadata")
         return None if info is None else int(info.get("padding_length", 0))
 
+    def as_cursor_key(self) -> SampleCursorKey:
+        """The record's persisted cursor key ``(chunk_id, chunk_offset, lineage, sample_id)``."""
+        return self.cursor.as_key()
+
     def child(self, i: int) -> SampleMeta:
         return replace(self, lineage=self.lineage + (int(i),))
 
@@ -125,7 +132,7 @@ class _BlockMeta:
     pinned by records a user keeps) and turned into ``SampleMeta`` one record at a time, only
     for the records whose ``meta`` is read: most loops read only the payload."""
 
-    __slots__ = ("cols", "lineages", "pads", "comp_s", "comp_t")
+    __slots__ = ("cols", "lineages", "pads", "comp_s", "comp_t", "closes")
 
     def __init__(self, block: Block) -> None:
         m = block.meta
@@ -137,12 +144,17 @@ class _BlockMeta:
         comp_s, comp_t = m.get("comp_samples"), m.get("comp_tokens")
         self.comp_s = np.array(comp_s) if comp_s is not None else None
         self.comp_t = np.array(comp_t) if comp_t is not None else None
+        closes = m.get(CLOSES)
+        self.closes = closes.tolist() if closes is not None else None
 
     def at(self, i: int) -> SampleMeta:
         d, s, x, lane, c, off = (col[i] for col in self.cols)
         tags: dict[str, Any] = {}
         if self.pads is not None and self.pads[i] >= 0:
             tags["_packing_metadata"] = {"padding_length": self.pads[i]}
+        if self.closes is not None and self.lineages[i]:  # a fan-out's child: its base offset
+            tags["_contributors"] = (ContributorRef(SampleCursor(c, off, (), (d, s, x)),
+                                                    bool(self.closes[i])),)
         meta = object.__new__(SampleMeta)  # the frozen dataclass's __init__ costs 4x this
         vars(meta).update(zip(_META_KEYS, (
             (d, s, x), lane, c, off,
@@ -220,6 +232,9 @@ def block_from_records(records: list[SampleRecord], *, is_batch: bool = False) -
         "chunk_id": np.fromiter((r.meta.chunk_id for r in records), np.int64, n),
         "chunk_offset": np.fromiter((r.meta.chunk_offset for r in records), np.int64, n),
     }
+    if any(r.meta.contributors for r in records):  # fan-out children: which one closes
+        meta[CLOSES] = np.fromiter((all(c.is_last_child for c in r.meta.contributors)
+                                    for r in records), np.int8, n)
     pads = [r.meta.padding_length for r in records]
     if any(p is not None for p in pads):
         meta["padding_length"] = np.array([-1 if p is None else p for p in pads], dtype=np.int64)

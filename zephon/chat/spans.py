@@ -64,16 +64,36 @@ def prefix_diff_spans(template: ChatTemplate, messages: list, tools: Any, extra:
     return full, spans, owners
 
 
+def after_user_start(template: ChatTemplate, messages: list, tools: Any, extra: dict,
+                     text: str) -> int | None:
+    """Where the text after the last user message starts in ``text`` (the rendering of the
+    whole conversation): the length of the rendering up to that message, when it is a prefix
+    of the whole (None otherwise, or when there is no user message)."""
+    last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
+    if last_user < 0:
+        return 0
+    try:
+        head, _ = template.render(messages[: last_user + 1], tools=tools, extra=extra)
+    except TemplateRefused:
+        return None
+    return len(head) if text.startswith(head) else None
+
+
 def in_scope(spans: list[tuple[int, int]], owners: list[int] | None, messages: list,
-             scope: str) -> list[tuple[int, int]]:
+             scope: str, after_user: Any = None) -> list[tuple[int, int]]:
     """The spans the loss is on: every assistant span, the last one, or those of the assistant
-    messages after the last user message (``owners``: the message of each span)."""
+    messages after the last user message (``owners``: the message of each span;
+    ``after_user()``: where the text after the last user message starts, for templates that
+    mark several spans per assistant message, e.g. reasoning and answer)."""
     if scope == "all_assistant" or not spans:
         return spans
     if scope == "last_span":
         return spans[-1:]
     if owners is None:
         owners = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+        start = after_user() if after_user is not None and len(owners) != len(spans) else None
+        if start is not None:
+            return [sp for sp in spans if sp[0] >= start]
         if len(owners) != len(spans):
             raise Unmaskable(f"the template marked {len(spans)} generation spans for "
                              f"{len(owners)} assistant messages, so loss_scope='after_last_user' "

@@ -50,7 +50,7 @@ def explain(spec: PipelineSpec, runtime: Any = None) -> str:
             auto = (f"starts {first.label()} ({first.why}); measures the first "
                     "seconds of the stream and may settle on another runner or worker count")
     w_names = [f"{o.op_name}@p{_parallelism(o)}" for o in plan.worker_ops]
-    s_names = [o.op_name for o in plan.serial_ops]
+    s_names = [f"{o.op_name}@p1" for o in plan.serial_ops]  # serial: one at a time per lane
     where = "worker processes" if kind == "process" else ("worker threads" if kind == "threads"
                                                           else "calling process")
     if kind == "ray":

@@ -80,7 +80,8 @@ class Dataset(DatasetShards):
 
         Args:
             name: The dataset's name.
-            path: A local directory or any fsspec URL.
+            path: A local directory or any fsspec URL; for Lance also a version's
+                ``_versions/N.manifest`` file (read that older version).
             fmt: A registered format's name (``"jsonl"``, ``"parquet"``, ...): read only the
                 shards of that format. None detects (the formats' own index files first, then
                 each file in the format its name says, so a root may hold several; ``fmt`` is
@@ -101,9 +102,13 @@ class Dataset(DatasetShards):
             ValueError: No recognised shards, an unsupported format, or no records.
             DataError: A shard name that resolves outside the root.
         """
-        location = Location(os.fspath(path), dict(storage_options or {}))
+        from zephon.io.formats.lance import pinned_manifest
+
+        path, fmt, pin = pinned_manifest(name, os.fspath(path), fmt)  # a Lance version's file
+        location = Location(path, dict(storage_options or {}))
         runtime = ShardReaders(Resources(resolve_store(None)))
-        catalog = discover(name, location, fmt, runtime.res, split=split)
+        with pin:
+            catalog = discover(name, location, fmt, runtime.res, split=split)
         out = cls(name, catalog.fmt, location=location, catalog=catalog,
                   on_bad_record=on_bad_record)
         out._runtime = runtime  # keep the resources discovery used in this process
@@ -154,6 +159,14 @@ class Dataset(DatasetShards):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._runtime_lock = threading.Lock()
+
+    @property
+    def path(self) -> str | None:
+        """Where the dataset is read from: its root (a local path or URL), for Lance the
+        manifest of the version discovery pinned; None for an in-memory dataset."""
+        facts = (self._catalog.facts if self._catalog is not None else None) or ()
+        pinned = [f["manifest"] for f in facts if isinstance(f, dict) and f.get("manifest")]
+        return None if self._location is None else self._location.display(*pinned[:1])
 
     @property
     def on_bad_record(self) -> str:

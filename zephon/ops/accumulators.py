@@ -60,6 +60,19 @@ class Accumulator(ABC, Generic[T]):
         """
         return False
 
+    def on_source_exhausted(self, lane_id: int, component_id: int) -> list[ReadyBatch]:
+        """Called once per lane and component when the lane's data has ended, before
+        ``flush``: release groups that wait for more of that component (default: none).
+
+        Args:
+            lane_id: The lane whose data ended.
+            component_id: The component (dataset id) that will send no more records.
+
+        Returns:
+            Ready groups, each of one lane.
+        """
+        return []
+
 
 class PassthroughAccumulator(Accumulator[T]):
     """Each pushed group is one ready group; nothing is ever held."""

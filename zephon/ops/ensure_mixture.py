@@ -40,13 +40,18 @@ class EnsureMixtureOp(StatefulOp):
                              "work source (it weighs records by their tokens)")
         if not (weight_by in ("auto", "samples") or isinstance(weight_by, str) or callable(weight_by)):
             raise ValueError("weight_by must be 'auto', 'samples', a field name or a callable")
-        target = dict(mixture) if mixture is not None else dict(work_source.mixture.weights)
-        unknown = sorted(set(target) - set(names))
-        if unknown:
-            raise ValueError(f"ensure_mixture: unknown components {unknown}; known: {names}")
-        ids = work_source.component_ids()
-        total = float(sum(target.values()))
-        self.target = {ids[n]: float(w) / total for n, w in target.items()}
+        ids = dict(work_source.component_ids())
+        self.ids = ids
+        static = getattr(work_source, "mixture", None)
+        # no mixture= and a source without one mixture (a user WorkSource): follow each
+        # chunk's target_mixture, else its composition (spec 5.9)
+        self.per_chunk = mixture is None and static is None
+        self.n_components = max(ids.values(), default=-1) + 1
+        if self.per_chunk:
+            self.target = None
+        else:
+            target = dict(mixture) if mixture is not None else dict(static.weights)
+            self.target = self._ids_of(target, names)
         if warn_tolerance is not None and not 0 <= float(warn_tolerance) <= 1:
             raise ValueError(f"warn_tolerance must be in [0, 1], got {warn_tolerance!r}")
         self.max_buffer_size = max_buffer_size
@@ -57,7 +62,30 @@ class EnsureMixtureOp(StatefulOp):
         # what a weight counts: tokens, records, or something of the user's (None)
         self.unit = ("records" if weight_by == "samples" else "tokens"
                      if weight_by == "auto" or weight_by in TOKEN_FIELDS else None)
-        MixtureBalancer(self.target, max_buffer_size, drain_target_ratio, obsolete_drain_rate)
+        MixtureBalancer(self.target or [1.0] * max(1, self.n_components), max_buffer_size,
+                        drain_target_ratio, obsolete_drain_rate)
+
+    def _ids_of(self, target: Mapping[str, float], names: list[str] | None = None
+                ) -> dict[int, float]:
+        """A target by component name as normalised weights by component id."""
+        names = list(self.ids) if names is None else names
+        unknown = sorted(set(target) - set(names))
+        if unknown:
+            raise ValueError(f"ensure_mixture: unknown components {unknown}; known: {names}")
+        total = float(sum(target.values()))
+        return {self.ids[n]: float(w) / total for n, w in target.items()}
+
+    def chunk_target(self, target: Mapping[str, float]) -> list[float]:
+        """A chunk's target (names, or dataset ids as text) as weights over every component."""
+        by_name = {}
+        for k, w in target.items():
+            key = k if k in self.ids else next((n for n, i in self.ids.items()
+                                                if str(i) == str(k)), k)
+            by_name[key] = by_name.get(key, 0.0) + float(w)
+        out = [0.0] * self.n_components
+        for cid, w in self._ids_of(by_name).items():
+            out[cid] = w
+        return out
 
     def traits(self) -> OpTraits:
         return OpTraits(preserves_cursor_order=False, requires_serial_state=True,
@@ -76,8 +104,12 @@ class EnsureMixtureOp(StatefulOp):
         return self.max_buffer_size or 0, 0
 
     def new_lane(self, lane_id: int, ctx: OpContext) -> LaneAccumulator:
-        return MixtureLane(self, MixtureBalancer(self.target, self.max_buffer_size,
+        start = self.target if self.target is not None else [1.0] * max(1, self.n_components)
+        lane = MixtureLane(self, MixtureBalancer(start, self.max_buffer_size,
                                                  self.drain_target_ratio, self.obsolete_drain_rate))
+        if self.per_chunk:
+            lane.chunk_target = ctx.get("chunk_target")
+        return lane
 
     def weights(self, block: Block) -> np.ndarray:
         wb = self.weight_by
@@ -112,12 +144,30 @@ class MixtureLane(LaneAccumulator):
         self.balancer = balancer
         self.store = HeldStore()
         self.next_id = 0
+        self.chunk_target: Any = None  # chunk id -> its target (per-chunk targets only)
+        self.chunk = -1  # the chunk whose target the balancer holds
 
     def push(self, block: Block) -> list[Block]:
         ids = np.arange(self.next_id, self.next_id + len(block), dtype=np.int64)
         self.next_id += len(block)
-        emit = self.balancer.push(components(block), self.op.weights(block), ids)
+        comps, weights = components(block), self.op.weights(block)
         self.store.add(block, ids)
+        if self.chunk_target is None:
+            emit = self.balancer.push(comps, weights, ids)
+            return [self.store.pop(emit)] if len(emit) else []
+        # each chunk's records under that chunk's target
+        chunk = block.meta["chunk_id"]
+        cuts = np.flatnonzero(np.diff(chunk)) + 1
+        emitted = []
+        for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(block)]):
+            c = int(chunk[a])
+            if c != self.chunk:
+                target = self.chunk_target(c)
+                if target is not None:
+                    self.balancer.set_target(self.op.chunk_target(target))
+                self.chunk = c
+            emitted.append(self.balancer.push(comps[a:b], weights[a:b], ids[a:b]))
+        emit = np.concatenate(emitted) if emitted else np.empty(0, dtype=np.int64)
         return [self.store.pop(emit)] if len(emit) else []
 
     def flush(self) -> list[Block]:
@@ -135,14 +185,18 @@ class MixtureLane(LaneAccumulator):
         return len(self.store)
 
     def get_state(self) -> dict:
-        return {"balancer": self.balancer.get_state(), "held": refs_of(self.store.block()),
-                "held_ids": self.store.ids.copy(), "next_id": self.next_id}
+        state = {"balancer": self.balancer.get_state(), "held": refs_of(self.store.block()),
+                 "held_ids": self.store.ids.copy(), "next_id": self.next_id}
+        if self.chunk_target is not None:
+            state["chunk"] = self.chunk
+        return state
 
     def set_state(self, state: dict, held: Block | None) -> None:
         self._check_weights(state, held)
         self.balancer = MixtureBalancer.from_state(self.balancer.config, state["balancer"])
         self.store.set(held, np.asarray(state["held_ids"], dtype=np.int64))
         self.next_id = int(state["next_id"])
+        self.chunk = int(state.get("chunk", -1))
 
     def _check_weights(self, state: dict, held: Block | None) -> None:
         """The weight the buffer gives each held record is the one the record has: the part

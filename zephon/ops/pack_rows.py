@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from zephon._ext.packing_algorithms import WHOLE_RECORDS
 from zephon.block import TOKEN_FIELDS, Block, add_lineage, list_array, ragged_chunks, ragged_column
+from zephon.payload_values import is_marked, mark_nested
 from zephon.state.refs import RECIPE_COLUMN
 from zephon.tokens.packer import PackedBins, build_rows
 
@@ -28,7 +29,7 @@ def make_rows(op: Any, bins: PackedBins, src: Block, rows: np.ndarray) -> Block:
     seg_src = rows
     first = seg_src[bins.seg_offsets[:-1]]
     meta = {k: v[first] for k, v in src.meta.items()
-            if k not in ("padding_length", "comp_tokens", "comp_samples")}
+            if k not in ("padding_length", "comp_tokens", "comp_samples", "closes")}
     lineage = add_lineage(src.lineage[first], bins.token_start[bins.seg_offsets[:-1]])
     comp = src.meta["dataset_id"][seg_src]
     bin_of = bins.bin_of_segment()
@@ -97,6 +98,11 @@ def _sequences(op: Any, bins: PackedBins, src: Block, rows: np.ndarray, field: s
     whole = op.algorithm in WHOLE_RECORDS
     payloads = src.payload_list() if whole else None
     offsets, values = ragged_column(src.payload, field)
+    numpy_tokens = src.columnar and field in src.payload.column_names \
+        and is_marked(src.payload, field)
+    if numpy_tokens and not whole:  # slices keep the stored dtype (list<int32> -> int32)
+        values = values.astype(src.payload.schema.field(field).type.value_type.to_pandas_dtype(),
+                               copy=False)
     packed = []
     for b in range(len(bins)):
         segs = []
@@ -112,15 +118,18 @@ def _sequences(op: Any, bins: PackedBins, src: Block, rows: np.ndarray, field: s
                              for key, v in payloads[r].items()})
             else:
                 start = int(offsets[r]) + a
-                segs.append({field: values[start:start + n].tolist(),
+                piece = values[start:start + n]
+                segs.append({field: piece if numpy_tokens else piece.tolist(),
                              **_aligned_slices(src, field, r, bins, k)})
         packed.append(_merge(op, segs))
     if op.pack_payloads == "keep_list":
         try:
-            return pa.table({"packed_samples": pa.array(packed),
-                             RECIPE_COLUMN: _recipe(bins, src, rows)})
+            table = pa.table({"packed_samples": pa.array(packed),
+                              RECIPE_COLUMN: _recipe(bins, src, rows)})
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             pass
+        else:  # token arrays a reader gave as read-only ndarrays stay ndarrays (A.10)
+            return mark_nested(table, "packed_samples") if numpy_tokens else table
     return [{"packed_samples": p} for p in packed]  # arrays/tensors: object payloads
 
 def _merge(op: Any, segs: list) -> Any:

@@ -55,6 +55,8 @@ class RecordLane(LaneAccumulator):
         self.acc = self.op.new_accumulator(self.ctx)
         self.store = HeldStore()  # the pushed blocks, rows addressed by arrival id
         self.next_id = 0
+        # the components end-of-data hooks run for: the work source's, else those seen
+        self.components: set[int] = set(self.ctx.get("component_ids", ()) or ())
         # id(element) -> (first arrival id, rows, element); insertion order = arrival order.
         # The element itself is kept so its id() cannot be reused while it is waiting.
         self.waiting: dict[int, tuple[int, int, Any]] = {}
@@ -65,6 +67,8 @@ class RecordLane(LaneAccumulator):
         if not len(block):
             return []
         elems = self._admit(block)
+        if not self.ctx.get("component_ids"):
+            self.components.update(np.unique(block.meta["dataset_id"]).tolist())
         groups = call_user(self.op.op_name, self.acc.push_many, (elems,), elems)
         return self._release(groups)
 
@@ -117,8 +121,14 @@ class RecordLane(LaneAccumulator):
         return blocks
 
     def flush(self) -> list[Block]:
+        out: list[Block] = []
+        hook = getattr(self.acc, "on_source_exhausted", None)
+        if hook is not None:  # end of data: once per component the lane has read
+            for cid in sorted(self.components):
+                out.extend(self._release(call_user(self.op.op_name, hook,
+                                                   (self.lane_id, cid), [])))
         groups = call_user(self.op.op_name, self.acc.flush, (), [])
-        out = self._release(groups)
+        out.extend(self._release(groups))
         if self.waiting or self.acc.has_pending_data():
             lost = len(self.waiting)
             raise RuntimeError(f"operator {self.op.op_name}: its accumulator still holds {lost} "

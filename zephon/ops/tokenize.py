@@ -165,8 +165,8 @@ class TokenizeOp(TokenizerOp):
             # every record gets a lineage level (child 0 when unsplit), so a record's identity
             # never depends on which other records shared its block
             base = block.take(parent) if len(parent) != len(block) else block
-            base = Block(base.meta, base.payload, add_lineage(base.lineage, child),
-                         base.sparse, base.is_batch)
+            base = Block(_with_closes(base.meta, parent), base.payload,
+                         add_lineage(base.lineage, child), base.sparse, base.is_batch)
         mask_values = np.ones(len(values), dtype=np.int8)
         if self._pads():
             lengths = np.diff(offsets)
@@ -211,3 +211,15 @@ def _pad_rows(offsets: np.ndarray, values: np.ndarray, width: int, pad_id: int
     ids[dest] = values
     mask[dest] = 1
     return new_off, ids, mask
+
+
+def _with_closes(meta: dict, parent: np.ndarray) -> dict:
+    """``meta`` with the ``closes`` column of a split's pieces: the last piece of each record
+    closes it (if the record itself closed its own parent)."""
+    from zephon.types import CLOSES
+
+    last = np.ones(len(parent), dtype=np.int8)
+    if len(parent) > 1:
+        last[:-1] = parent[1:] != parent[:-1]
+    inherited = meta.get(CLOSES)
+    return {**meta, CLOSES: last if inherited is None else (last & inherited).astype(np.int8)}

@@ -193,7 +193,7 @@ class TokenizeChatOp(TokenizerOp):
 
     def _conversation(self, messages: list, tools: Any, extra: dict) -> tuple:
         """(text, spans in scope, strict): one rendered conversation."""
-        from zephon.chat.spans import in_scope, prefix_diff_spans
+        from zephon.chat.spans import after_user_start, in_scope, prefix_diff_spans
 
         tagged = self.span_source == "generation_tags" or (
             self.span_source == "auto" and self.template.tagged(bool(tools)))
@@ -202,7 +202,11 @@ class TokenizeChatOp(TokenizerOp):
             owners = None
         else:
             text, spans, owners = prefix_diff_spans(self.template, messages, tools, extra)
-        return text, in_scope(spans, owners, messages, self.loss_scope), not tagged
+
+        def after_user() -> int | None:  # several spans per answer: split at the last user
+            return after_user_start(self.template, messages, tools, extra, text)
+
+        return text, in_scope(spans, owners, messages, self.loss_scope, after_user), not tagged
 
     def _pieces(self, messages: list) -> tuple[list[str], list[bool]]:
         """apply_chat_template=False: contents as they are, EOS after each assistant's."""

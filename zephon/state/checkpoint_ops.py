@@ -59,7 +59,8 @@ def _mixture(op: Any, st: dict, held: Held, field: str) -> None:
 
     b = st["balancer"]
     f = f"{field}.balancer"
-    target = _target_list(op.target)
+    # a target followed chunk by chunk is the one of the chunk the lane had reached
+    target = _target_list(op.target) if op.target is not None else b["target"]
     if b["target"] != target:
         fail(f"{f}.target", f"{b['target']}, but this ensure_mixture targets {target}")
     shares = b["shares"]

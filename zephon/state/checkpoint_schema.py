@@ -105,7 +105,8 @@ MIXTURE = obj({"balancer": obj({"version": cs.literal_schema([1]),
                                 "emitted_weight": lst(COUNT),
                                 "buffers": lst(lst(lst(COUNT, 3, 3))),
                                 "obsolete_credit": COUNT, "seq": COUNT}),
-               "held": opt(REFS), "held_ids": ND, "next_id": COUNT})
+               "held": opt(REFS), "held_ids": ND, "next_id": COUNT},
+              {"chunk": _int(-1, 1 << 62)})
 PACK = obj({"packers": cs.dict_schema(INDEX_KEY, obj({
                 "version": cs.literal_schema([1]), "algorithm": cs.str_schema(strict=True),
                 "bins": lst(lst(lst(COUNT, 3, 3))), "pool": lst(lst(COUNT, 4, 4)),

@@ -154,6 +154,13 @@ def validate_op(op: UserOp, *, after_batch: bool = False) -> list[Issue]:
     except Exception as e:
         add("warning", "OP_VALIDATION_SAMPLES_FACTORY_FAILED",
             f"validation_samples() raised {type(e).__name__}: {e}; using synthetic records")
+    if not own and not op.function_form:
+        # spec 10.8: an instance-form operator without validation_samples() is not probed on
+        # synthetic records (they need not be what it reads); its source checks stand
+        add("warning", "OP_INSTANCE_RUNTIME_CHECKS_SKIPPED", "instance-form operator without "
+            "validation_samples(): runtime checks skipped (define validation_samples() to "
+            "have them run)")
+        return issues
     records = _as_records(list(own)) if own else synthetic_records()
     lanes: dict[int, list] = {}
     for r in records:

@@ -10,6 +10,11 @@ from typing import Any
 
 import numpy as np
 
+from zephon.work.read_config import ComponentOrder, MixtureReadConfig, MixtureReadMode
+
+__all__ = ["ComponentOrder", "MixtureReadConfig", "MixtureReadMode", "SampleId", "WorkChunk",
+           "WorkSource"]
+
 SampleId = tuple[int, int, int]  # (dataset_id, shard_id, sample_idx)
 """A sample pointer: ``(dataset_id, shard_id, sample_idx)``; ``dataset_id`` is the dataset's
 position in the work source's ``datasets``."""
@@ -225,6 +230,8 @@ class WorkSource(ABC):
     _lane_id: int = 0
     _canonical_replicas: int = 1
     _is_clone: bool = False
+    _lane: int = 0  # the reference's names for the lane and the lane count
+    _canon: int = 1
 
     @abstractmethod
     def next_chunk(self) -> WorkChunk | None:
@@ -274,8 +281,14 @@ class WorkSource(ABC):
         clone = self._copy_for_lane()
         clone._lane_id = lane_id
         clone._canonical_replicas = canonical_replicas
+        clone._lane, clone._canon = lane_id, canonical_replicas  # the reference's names
         clone._is_clone = True
         return clone
+
+    def continues_after_exhaustion(self) -> frozenset[str]:
+        """Names of the components that go on yielding after they first run out (they repeat);
+        the engine asks once, before cloning. The default: none."""
+        return frozenset()
 
     def _copy_for_lane(self) -> WorkSource:
         """A fresh copy positioned at the lane's first chunk (subclasses may share more)."""

@@ -15,7 +15,7 @@ from typing import Any, Union
 import numpy as np
 
 BlockSpec = Union[None, int, str]
-POLICIES = ("stop", "repeat")
+POLICIES = ("stop", "repeat", "redistribute")
 LANE_ASSIGNMENTS = ("modulo", "permute")
 
 
@@ -23,7 +23,7 @@ LANE_ASSIGNMENTS = ("modulo", "permute")
 class Termination:
     """When the source ends, per dataset (all tuples aligned with the datasets)."""
 
-    policies: tuple[str, ...]  # "stop" | "repeat"
+    policies: tuple[str, ...]  # "stop" | "repeat" | "redistribute"
     max_repeats: tuple[int | None, ...]  # restarts allowed after the first pass
     passes: int | None  # stop_after_passes floor, or None
 
@@ -40,9 +40,18 @@ class Termination:
         for pol, cap, n in zip(self.policies, self.max_repeats, totals):
             if pol == "stop":
                 limits.append(n)
+            elif pol == "redistribute":  # leaves the mixture after its pass (redistributed)
+                limits.append(None)
             else:
                 limits.append(None if cap is None else (cap + 1) * n)
         return "any", tuple(limits)
+
+    def redistributed(self, totals: Sequence[int]) -> tuple[int | None, ...]:
+        """Per dataset: the samples after which its share goes to the others ("redistribute"),
+        else None."""
+        if self.passes is not None:
+            return (None,) * len(totals)
+        return tuple(n if p == "redistribute" else None for p, n in zip(self.policies, totals))
 
 
 def check_int(name: str, value: Any, minimum: int) -> int:
@@ -123,12 +132,9 @@ def resolve_termination(names: Sequence[str], exhausted_policy: Any, max_repeats
     else:
         policies = _per_dataset("exhausted_policy", exhausted_policy, names, "repeat")
         for p in policies:
-            if p == "redistribute":
-                raise ValueError("exhausted_policy='redistribute' is not supported: use 'stop' or "
-                                 "'repeat' (a dataset smaller than its quota simply wraps)")
             if p not in POLICIES:
-                raise ValueError(f"exhausted_policy must be 'stop' or 'repeat' (or a mapping of "
-                                 f"them), got {p!r}")
+                raise ValueError(f"exhausted_policy must be 'stop', 'repeat' or 'redistribute' "
+                                 f"(or a mapping of them), got {p!r}")
     caps: list[int | None] = [None] * len(names)
     if max_repeats is not None:
         raw = _per_dataset("max_repeats", max_repeats, names, None)

@@ -6,10 +6,10 @@ the order). Stream positions run on across epochs, so a pass that ends mid-quota
 with the start of the next epoch in the same chunk, and a dataset smaller than its quota
 simply wraps: no sample is dropped, none is seen twice within a pass.
 
-Where the stream ends (if it does) is a global sample position: right after the sample that
-brings a dataset to its limit (``config.Termination.sample_limits``). With mode "all"
-(stop_after_passes) the stream ends when the *last* dataset completes its passes; with "any"
-("stop" datasets, max_repeats) when the *first* capped dataset does. Samples are numbered in
+Where the stream ends (if it does) is a global sample position (``config.Termination.
+sample_limits``). With mode "all" (stop_after_passes) the stream ends right after the sample
+that brings the *last* dataset to its passes; with "any" ("stop" datasets, max_repeats) at the
+start of the first chunk whose quota a capped dataset cannot supply (spec 4.6). Samples are numbered in
 read order (chunk by chunk, smooth weighted round robin inside a chunk), so the final chunk is
 the read-order prefix of the full chunk up to that sample: it may be short, and its
 composition still follows the round robin.
@@ -50,10 +50,20 @@ class CurriculumPlan:
     # -- where the stream ends ------------------------------------------------------------
 
     def _end_position(self, mode: str, limits: Sequence[int | None]) -> int | None:
-        ends = [self.position_of(c, lim) for c, lim in enumerate(limits) if lim is not None]
-        if not ends:
-            return None
-        return max(ends) if mode == "all" else min(ends)
+        if mode == "all":
+            ends = [self.position_of(c, lim) for c, lim in enumerate(limits) if lim is not None]
+            return max(ends) if ends else None
+        # "any" (spec 4.6): the stream ends before the first chunk whose quota a capped dataset
+        # cannot supply (the chunk that would hold its sample number limit + 1); when that chunk
+        # also holds the dataset's last sample, it ends right after that sample (the chunk's
+        # read-order prefix), so that no sample of the pass is left out
+        ends = [max(self.quotas.chunk_reaching(c, lim + 1) * self.chunk_size,
+                    self.position_of(c, lim) if lim else 0)
+                for c, lim in enumerate(limits) if lim is not None]
+        last = getattr(self.quotas, "end_position", None)  # every dataset left ("redistribute")
+        if last is not None:
+            ends.append(last)
+        return min(ends) if ends else None
 
     def position_of(self, component: int, count: int) -> int:
         """1-based global read position of component's ``count``-th sample."""

@@ -38,6 +38,8 @@ import math
 from collections.abc import Sequence
 from fractions import Fraction
 
+import numpy as np
+
 _MEMO_EVERY = 256
 
 
@@ -141,3 +143,108 @@ class QuotaSchedule:
             for c in cands[:missing]:
                 new[c] += 1
         return tuple(new)
+
+
+class RedistributedQuotas:
+    """Quotas of a mixture whose ``"redistribute"`` datasets leave it after their pass: the
+    schedule runs in segments. In the chunk where such a dataset cannot supply its quota, it
+    gives what it has left and its shortfall goes to the datasets still in the mixture (largest
+    remainder over their weights); from the next chunk on, their weights are renormalised
+    without it. Chunks keep ``chunk_size`` samples, every sample of the pass is drawn, and
+    ``cum``/``quotas``/``chunk_reaching`` answer as ``QuotaSchedule``'s do.
+
+    ``end_position`` is set when the last datasets of the mixture all leave it (the stream then
+    ends right after the last of their samples); None otherwise.
+    """
+
+    def __init__(self, weights: Sequence[Fraction], chunk_size: int,
+                 leave_after: Sequence[int | None]) -> None:
+        self.chunk_size = int(chunk_size)
+        self.num_components = len(weights)
+        self.end_position: int | None = None
+        n = len(weights)
+        active = [c for c in range(n) if weights[c] > 0]
+        base = (0,) * n
+        start = 0
+        # segments: (first chunk, cum at it, active components, their schedule)
+        self._segments: list[tuple[int, tuple[int, ...], list[int], QuotaSchedule]] = []
+        while True:
+            total = sum(weights[c] for c in active)
+            sched = QuotaSchedule([weights[c] / total for c in active], self.chunk_size)
+            self._segments.append((start, base, active, sched))
+            due = []
+            for j, c in enumerate(active):
+                lim = leave_after[c]
+                if lim is not None:
+                    due.append((start + sched.chunk_reaching(j, lim - base[c] + 1), c))
+            if not due:
+                return
+            b, d = min(due)
+            lo, hi = self._seg_cum(len(self._segments) - 1, b), \
+                self._seg_cum(len(self._segments) - 1, b + 1)
+            counts = [h - x for x, h in zip(lo, hi)]
+            left = leave_after[d] - lo[d]
+            short, counts[d] = counts[d] - left, left
+            rest = [c for c in active if c != d]
+            if not rest:  # the last of the mixture: the stream ends after its last sample
+                self._segments.append((b + 1, tuple(x + k for x, k in zip(lo, counts)), [],
+                                       sched))
+                self.end_position = self._last_position(b, lo, counts, d, left)
+                return
+            w = sum(weights[c] for c in rest)
+            scaled = [short * weights[c] / w for c in rest]
+            extra = [int(x) for x in scaled]
+            order = sorted(range(len(rest)), key=lambda i: (-(scaled[i] - extra[i]), i))
+            for i in order[: short - sum(extra)]:
+                extra[i] += 1
+            for c, e in zip(rest, extra):
+                counts[c] += e
+            base = tuple(x + k for x, k in zip(lo, counts))
+            start, active = b + 1, rest
+
+    def _last_position(self, b: int, lo, counts, d: int, left: int) -> int:
+        from zephon._ext import kernel
+
+        if left == 0:
+            return b * self.chunk_size
+        order = kernel("curriculum").swrr_interleave(np.asarray(counts, dtype=np.int64))
+        return b * self.chunk_size + int(np.flatnonzero(order == d)[left - 1]) + 1
+
+    def _seg(self, k: int) -> int:
+        i = len(self._segments) - 1
+        while self._segments[i][0] > k:
+            i -= 1
+        return i
+
+    def _seg_cum(self, i: int, k: int) -> tuple[int, ...]:
+        start, base, active, sched = self._segments[i]
+        out = list(base)
+        if active:
+            for j, v in enumerate(sched.cum(k - start)):
+                out[active[j]] += v
+        return tuple(out)
+
+    def cum(self, k: int) -> tuple[int, ...]:
+        """Samples of each component in the first ``k`` chunks."""
+        if k < 0:
+            raise ValueError("chunk index must be >= 0")
+        return self._seg_cum(self._seg(k), k)
+
+    def quotas(self, k: int) -> list[int]:
+        """Samples of each component in chunk ``k``."""
+        lo, hi = self.cum(k), self.cum(k + 1)
+        return [b - a for a, b in zip(lo, hi)]
+
+    def chunk_reaching(self, c: int, count: int) -> int:
+        """The chunk in which component ``c`` draws its ``count``-th sample (``count >= 1``)."""
+        if count < 1:
+            raise ValueError("count must be >= 1")
+        for i, (start, base, active, sched) in enumerate(self._segments):
+            nxt = self._segments[i + 1] if i + 1 < len(self._segments) else None
+            if nxt is not None and nxt[1][c] < count:
+                continue  # not within this segment (nor its last, special chunk)
+            if c not in active:
+                break
+            k = start + sched.chunk_reaching(active.index(c), count - base[c])
+            return k if nxt is None else min(k, nxt[0] - 1)
+        raise ValueError(f"component {c} never draws sample {count}")

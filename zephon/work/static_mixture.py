@@ -8,8 +8,9 @@ just the next chunk id, and restore is O(1) in training progress.
 
 Differences from the reference (deliberate): no epoch tail is dropped (a pass ending mid-quota
 continues with the next epoch's order in the same chunk); the default ``stop_after_passes=1``
-ends exactly when the last dataset completes its pass, and "stop" exactly when a stop dataset
-is exhausted (the final chunk may be short); a dataset smaller than its per-chunk quota wraps
+ends exactly when the last dataset completes its pass, and "stop" before the first chunk
+whose quota a stop dataset cannot supply (right after its last sample if that chunk holds
+it); a dataset smaller than its per-chunk quota wraps
 instead of being refused; lanes never generate each other's chunks.
 """
 
@@ -30,7 +31,7 @@ from zephon.work.mixture import MixtureSpec
 from zephon.work.mixture_state import mixture_state, read_mixture_state
 from zephon.work.order import DatasetOrder
 from zephon.work.plan import CurriculumPlan
-from zephon.work.quotas import QuotaSchedule
+from zephon.work.quotas import QuotaSchedule, RedistributedQuotas
 from zephon.work.token_estimation import (
     TokenEstimation,
     check_ratio,
@@ -65,8 +66,10 @@ class StaticMixtureWorkSource(WorkSource):
         shuffle_block_size: Shuffle each dataset's sequence in blocks of this many pointers:
             an int, ``"auto"`` (8 x the largest shard) or ``"global"`` (the whole dataset);
             None: no block shuffle.
-        exhausted_policy: ``"stop"`` (the source ends when this dataset runs out) or
-            ``"repeat"`` (it starts a new pass), for all datasets or per name.
+        exhausted_policy: ``"stop"`` (the source ends when this dataset cannot supply its next
+            chunk's quota), ``"repeat"`` (it starts a new pass) or ``"redistribute"`` (after
+            its pass its share goes to the datasets still in the mixture; the source ends when
+            none is left), for all datasets or per name.
         reshuffle_on_repeat: A new order for every pass (default True), for all or per name.
         max_repeats: Passes after the first that a repeating dataset may make, for all or per
             name; the source ends when one would exceed it.
@@ -259,10 +262,11 @@ class StaticMixtureWorkSource(WorkSource):
                       for i, (ids, counts) in enumerate(self._shards)]
             mode, limits = kn.termination.sample_limits([o.total for o in orders])
             weights = self._sample_weights()
-            key = (tuple(weights), kn.chunk_size)
-            quotas = self._shared_quotas.get(key)
-            if quotas is None:
-                quotas = self._shared_quotas[key] = QuotaSchedule(weights, kn.chunk_size)
+            leave = kn.termination.redistributed([o.total for o in orders])
+            key = (tuple(weights), kn.chunk_size, leave)
+            quotas = self._shared_quotas.get(key) or self._shared_quotas.setdefault(key, (
+                RedistributedQuotas(weights, kn.chunk_size, leave)
+                if any(n is not None for n in leave) else QuotaSchedule(weights, kn.chunk_size)))
             self._plan = CurriculumPlan(orders, quotas, mode, limits, k)
         return self._plan
 

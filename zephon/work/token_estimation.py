@@ -122,10 +122,11 @@ class TokenEstimation:
 
 
 def mean_bytes_per_sample(dataset: Any) -> float | None:
-    """Total bytes / total rows from the catalog, or None when sizes are unknown."""
+    """Total bytes / total rows from the catalog (for an in-memory dataset: of its payloads as
+    JSON), or None when sizes are unknown."""
     raw = dataset.raw_bytes()
     if raw is None:
-        return None
+        return _memory_bytes_per_sample(dataset)
     rows = int(sum(int(c) for c in dataset.counts()))
     total = float(sum(float(b) for b in raw))
     return total / rows if rows and total > 0 else None
@@ -149,3 +150,42 @@ def token_sample_weights(names: Sequence[str], token_weights: Mapping[str, Fract
     raw = [max(Fraction(r / scale).limit_denominator(10**12), Fraction(1, 10**12)) for r in rates]
     total = sum(raw)
     return [w / total for w in raw]
+
+
+def _memory_bytes_per_sample(dataset: Any) -> float | None:
+    """Mean UTF-8 size of an in-memory dataset's payloads as JSON (sorted keys; values JSON has
+    no form for count by their text), computed once per dataset object; None otherwise."""
+    memory = getattr(dataset, "_memory", None)
+    if not memory:
+        return None
+    cached = getattr(dataset, "_mean_payload_bytes", None)
+    if cached is None:
+        import json
+
+        total = rows = 0
+        for shard in memory.values():
+            for payload in shard:
+                total += len(json.dumps(payload, sort_keys=True, default=str).encode())
+                rows += 1
+        cached = total / rows if rows and total > 0 else 0.0
+        try:
+            dataset._mean_payload_bytes = cached
+        except AttributeError:
+            pass
+    return cached or None
+
+
+def adopt_token_ratios(ws: Any, ratios: Any) -> None:
+    """Give a token-aware ``StaticMixtureWorkSource`` the ratios its pipeline primed a copy of
+    it with (``total_samples``, ``state_dict()``); ``forget_token_ratios`` undoes it."""
+    if ratios is None or getattr(ws, "token_estimation", None) is None \
+            or getattr(ws, "_token_ratios", True) is not None:
+        return
+    ws._token_ratios, ws._plan = {n: float(ratios[n]) for n in ws._names}, None
+    ws._adopted_ratios = True
+
+
+def forget_token_ratios(ws: Any) -> None:
+    """The operators changed: ratios ``adopt_token_ratios`` gave are measured again."""
+    if getattr(ws, "_adopted_ratios", False):
+        ws._token_ratios, ws._plan, ws._adopted_ratios = None, None, False

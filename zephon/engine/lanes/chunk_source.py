@@ -82,6 +82,12 @@ class CloneProtocolSource:
             raise ValueError(f"{self.name}.component_ids() must give each component a unique "
                              f"int >= 0, got {comp}")
         self.names = {v: k for k, v in comp.items()}
+        hook = getattr(source, "continues_after_exhaustion", None)
+        continuing = frozenset() if hook is None else hook()
+        if not isinstance(continuing, (set, frozenset)) or not set(continuing) <= set(comp):
+            raise ValueError(f"{self.name}.continues_after_exhaustion() must return a frozenset "
+                             f"of component names ({sorted(comp)}), got {continuing!r}")
+        self.continuing = frozenset(continuing)  # components that repeat after running out
         self.exact = _has_own(source, "state_dict") and _has_own(source, "load_state_dict")
         self._lanes: dict[int, dict] = {}
         self._seeds: dict[int, dict] = {}

@@ -31,7 +31,10 @@ class LanePlan:
         if self.restore and lane_id in self.restore:
             start_chunk, start_offset = self.restore[lane_id]["base"]["position"]
             first = max(16, self.micro // 32)  # buffers are full: a little input yields a batch
-        blocks = lane_pointer_blocks(self.work_source, lane_id, self.canonical_replicas,
+        source = self.work_source
+        if any(getattr(op, "per_chunk", False) for op in self.plan.serial_ops):
+            source = _TargetRecorder(source, self.__dict__.setdefault("_targets", {}))
+        blocks = lane_pointer_blocks(source, lane_id, self.canonical_replicas,
                                      self.micro, start_chunk=start_chunk, start_offset=start_offset,
                                      first_micro=first)
         prefetch = self.extra.get("prefetch")
@@ -57,9 +60,37 @@ class LanePlan:
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state.pop("_prefetch_pool", None)
+        state.pop("_targets", None)  # targets are noted where the pointer blocks are read
         return state
 
     def runner(self, lane_id: int, prepared: Iterator[Block | None], ctx: OpContext) -> LaneRunner:
         """The lane's serial part, fed by ``prepared`` (worker-stage output in lane order)."""
         state = self.restore.get(lane_id) if self.restore else None
+        ops = self.plan.worker_ops
+        datasets = getattr(ops[0], "datasets", None) if ops else None
+        if datasets is not None:  # the components end-of-data hooks are called for
+            ctx = ctx.with_services(component_ids=tuple(range(len(datasets))))
+        targets = self.__dict__.setdefault("_targets", {})
+        ctx = ctx.with_services(  # ensure_mixture: the target of each chunk the lane reads
+            chunk_target=lambda chunk_id: targets.pop((lane_id, int(chunk_id)), None))
         return LaneRunner(self.plan, lane_id, prepared, ctx, restore=state, lane_plan=self)
+
+
+class _TargetRecorder:
+    """The engine's chunk source, noting each chunk's target mixture as the lane's pointer
+    blocks read it (``target_mixture``, else the chunk's composition) for ``ensure_mixture``
+    operators that follow each chunk's target; the lane takes them out as it reaches them."""
+
+    def __init__(self, source: Any, targets: dict) -> None:
+        self.source = source
+        self.targets = targets
+
+    def lane_chunk(self, lane_id: int, canonical_replicas: int, chunk_id: int) -> Any:
+        chunk = self.source.lane_chunk(lane_id, canonical_replicas, chunk_id)
+        if chunk is not None:
+            target = chunk.target_mixture
+            if not target:
+                counts = chunk.counts()
+                target = {k: v for k, v in counts.items() if v} or None
+            self.targets[(int(lane_id), int(chunk_id))] = target
+        return chunk

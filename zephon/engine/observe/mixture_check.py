@@ -151,6 +151,8 @@ def build(spec: Any, names: list[str], observer: Any,
     window = opts.resolve("mixture_window")[0]
     ws = spec.work_source
     mixer = next((op for op in reversed(spec.ops) if isinstance(op, EnsureMixtureOp)), None)
+    if mixer is not None and mixer.target is None:  # a target per chunk: none to judge by
+        return None
     if mixer is not None:
         target = dict(mixer.target)
         unit = mixer.unit  # None: weights of the user's own measure, which we cannot count

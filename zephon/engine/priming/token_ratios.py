@@ -24,6 +24,7 @@ sample would give: the stream is the same with or without the cache.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import logging
@@ -241,6 +242,8 @@ def measured_figure(ds, d: int, fetch, pre: list, tok, te, show: bool = False) -
     bytes_per_sample = mean_bytes_per_sample(ds)
     if not est.mean_tokens > 0 or not bytes_per_sample:
         return None
+    if est.n_b >= int(sum(int(c) for c in ds.counts())):  # every record tokenized: exact
+        est = dataclasses.replace(est, rel_half_width=0.0)
     if est.rel_half_width > te.precision:
         within = (f"is within ±{est.rel_half_width:.1%} only"
                   if math.isfinite(est.rel_half_width)

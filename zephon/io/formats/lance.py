@@ -26,6 +26,9 @@ import posixpath
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -62,6 +65,40 @@ def _lance() -> Any:
         raise ImportError("reading Lance datasets needs pylance: pip install 'zephon[lance]'") \
             from e
     return lance
+
+
+# the manifest a ``Dataset.from_path(name, ".../_versions/N.manifest")`` pins (None: newest)
+PINNED_MANIFEST: ContextVar[str | None] = ContextVar("zephon_lance_manifest", default=None)
+
+
+def split_manifest_path(path: str) -> tuple[str, str] | None:
+    """``(dataset root, manifest file name)`` when ``path`` names a ``_versions/*.manifest``
+    file of a Lance dataset, else None."""
+    head, name = posixpath.split(path.rstrip("/"))
+    parent, versions = posixpath.split(head)
+    if versions != "_versions" or newest_manifest([name]) is None:
+        return None
+    return parent, name
+
+
+@contextmanager
+def _pinning(name: str | None) -> Iterator[None]:
+    token = PINNED_MANIFEST.set(name)
+    try:
+        yield
+    finally:
+        PINNED_MANIFEST.reset(token)
+
+
+def pinned_manifest(dataset: str, path: str, fmt: str | None) -> tuple[str, str | None, Any]:
+    """``(root, fmt, context)`` for ``Dataset.from_path``: a ``_versions/N.manifest`` path
+    reads that version of the Lance dataset at its root (discover inside ``context``)."""
+    manifest = split_manifest_path(path)
+    if manifest is None:
+        return path, fmt, _pinning(None)
+    if fmt not in (None, "lance"):
+        raise ValueError(f"dataset {dataset!r}: {path} is a Lance manifest, not fmt={fmt!r}")
+    return manifest[0], "lance", _pinning(manifest[1])
 
 
 def newest_manifest(names: list[str]) -> tuple[int, str] | None:
@@ -210,7 +247,12 @@ class LanceFormat(ShardFormat):
             listed = loc.fs.ls(loc.path("_versions"), detail=False)
         except (FileNotFoundError, NotADirectoryError):
             return None
-        newest = newest_manifest([str(n) for n in listed])
+        pinned = PINNED_MANIFEST.get()
+        names = [posixpath.basename(str(n)) for n in listed]
+        if pinned is not None and pinned not in names:
+            raise FileNotFoundError(f"dataset {root.dataset!r}: no Lance manifest "
+                                    f"{loc.display('_versions/' + pinned)}")
+        newest = newest_manifest([pinned] if pinned is not None else names)
         if newest is None:
             return None
         version, name = newest

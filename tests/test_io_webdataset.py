@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import pickle
+import re
 import tarfile
 
 import fsspec
@@ -125,6 +126,29 @@ def test_bad_shards_are_named_with_their_row(tmp_path):
     (tmp_path / "b.tar.gz").write_bytes(gzip.compress(good)[:100])
     with pytest.raises(DataError, match=r"shard .*b.tar.gz: cannot decompress"):
         Dataset.from_path("w", tmp_path)
+
+
+def test_a_tar_cut_at_a_member_boundary_is_named_not_read_short(tmp_path):
+    """tarfile takes a clean end of file for the end of the archive: a shard cut between two
+    members (no end-of-archive blocks) must be refused, not read as a shorter shard."""
+    src = tmp_path / "src"
+    src.mkdir()
+    urls = _write(src, shards=1, per=20, gz_last=False)
+    good = open(urls[0], "rb").read()
+    with tarfile.open(urls[0]) as t:
+        bounds = [m.offset for m in t.getmembers()][1:]  # where each later member's header is
+    cut = max(b for b in bounds if b <= 12288)
+    for name, data in (("a.tar", good[:cut]), ("b.tar.gz", gzip.compress(good[:cut]))):
+        root = tmp_path / name.split(".")[0]
+        root.mkdir()
+        (root / name).write_bytes(data)
+        where = re.escape(name)
+        with pytest.raises(DataError, match=rf"dataset 'w', shard .*{where}, row \d+: .*without "
+                           r"the tar's end-of-archive blocks"):
+            Dataset.from_path("w", root).counts()
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "c.tar").write_bytes(good)  # the whole shard still reads
+    assert Dataset.from_path("w", tmp_path / "c").counts().tolist() == [20]
 
 
 def test_dunder_fields_reach_the_records_in_every_format():

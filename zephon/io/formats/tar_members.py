@@ -106,6 +106,13 @@ def scan_members(path: str, *, dataset: str, shard: str) -> MemberIndex:
             raise DataError(f"{size - end} bytes after record {len(keys)} are no complete tar "
                             "member (truncated or corrupt tar?)", dataset=dataset, shard=shard,
                             row=len(keys) + 1)
+        if size - end < tarfile.BLOCKSIZE:
+            # tarfile takes a clean end of file for the end of the archive: a shard cut at a
+            # member boundary would read as a shorter one. Every tar writer ends the archive
+            # with zero blocks; without them, members after ``end`` may be lost.
+            raise DataError(f"the file ends after record {len(keys)} ({size} bytes) without "
+                            "the tar's end-of-archive blocks (truncated tar?)",
+                            dataset=dataset, shard=shard, row=len(keys) + 1)
     except tarfile.TarError as e:
         raise DataError(f"not a readable tar file after {len(keys)} record(s): {e}",
                         dataset=dataset, shard=shard, row=len(keys) + 1) from e

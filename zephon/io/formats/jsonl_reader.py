@@ -18,10 +18,12 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import re
 
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from zephon._ext import kernel
@@ -43,6 +45,7 @@ from zephon.io.storage.shard_ref import ShardRef
 __all__ = ["JsonlShardReader"]
 
 _BOM = b"\xef\xbb\xbf"
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")  # a number that may not fit 64 bits
 
 
 class JsonlShardReader:
@@ -157,6 +160,8 @@ class JsonlShardReader:
             line = line.lstrip()[len(_BOM):]
         try:
             obj = orjson.loads(line)
+            if _LONG_DIGITS.search(line):  # orjson makes an integer past 64 bits a float
+                obj = json.loads(line)
         except orjson.JSONDecodeError as e:
             try:  # the stdlib also takes NaN / Infinity and integers beyond 64 bits
                 obj = json.loads(line)
@@ -292,6 +297,11 @@ class JsonlShardReader:
         buf, offs = self._gather(uniq)
         try_arrow = self._arrow_losses < 2 or self._arrow_wins >= self._arrow_losses
         table = self._parse_arrow(buf, len(uniq)) if try_arrow else None
+        if table is not None and _beyond_int64(table):
+            # Arrow types integers past int64 double (1.8446744073709552e+19 for
+            # 18446744073709551615, and 5.0 for the 5 beside it): parsed as Python's json
+            # does, they are exact (NotColumnar below: Arrow cannot hold them)
+            table = None
         if table is not None:
             self._arrow_wins += 1
             table = with_sparse(table, self._sparse(table, buf, offs, uniq))
@@ -366,6 +376,26 @@ def _map(path: str) -> tuple[np.ndarray, mmap.mmap | None]:
             return np.empty(0, dtype=np.uint8), None
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         return np.frombuffer(mm, dtype=np.uint8), mm
+
+
+def _beyond_int64(table: pa.Table) -> bool:
+    """Whether a floating-point value of the table (at any depth) lies outside int64's range:
+    where Arrow's reader may have turned an integer it could not hold into a double. Checked
+    per column, no per-record loop; a double that large written as such only costs a parse."""
+    def huge(arr: pa.Array) -> bool:
+        t = arr.type
+        if pa.types.is_floating(t):
+            if not len(arr) or arr.null_count == len(arr):
+                return False
+            mm = pc.min_max(pc.abs(arr))
+            return mm["max"].as_py() is not None and mm["max"].as_py() >= 2.0 ** 63
+        if pa.types.is_struct(t):
+            return any(huge(arr.field(i)) for i in range(t.num_fields))
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            return huge(arr.flatten())
+        return False
+
+    return any(huge(chunk) for col in table.columns for chunk in col.chunks)
 
 
 def _has_timestamp(t: pa.DataType) -> bool:

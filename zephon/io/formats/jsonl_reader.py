@@ -167,6 +167,12 @@ class JsonlShardReader:
                 obj = json.loads(line)
             except ValueError:
                 raise self._error(_utf8_problem(line) or f"malformed JSON: {e}", row) from None
+            try:  # json takes an escaped lone surrogate ("\\ud800"), which no text encodes
+                json.dumps(obj, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError as u:
+                bad = u.object[u.start:u.end].encode("unicode_escape").decode()
+                raise self._error(f"a string holds the lone surrogate {bad} (escaped in the "
+                                  "JSON text): it is no Unicode text", row) from None
         if type(obj) is not dict:
             raise self._error(f"record is not a JSON object (found {type(obj).__name__})", row)
         return obj

@@ -18,7 +18,13 @@ def _extensions():
         import numpy
         from Cython.Build import cythonize
         from setuptools import Extension
-    except ImportError:  # no build tools: the numpy fallbacks serve
+    except ImportError as e:  # no build tools: the numpy fallbacks serve, and we say so
+        if os.environ.get("ZEPHON_REQUIRE_EXT", "").strip() not in ("", "0"):
+            raise SystemExit(f"ZEPHON_REQUIRE_EXT is set but the kernels cannot be built: {e}") from e
+        import sys
+
+        print(f"warning: zephon's Cython kernels are not built ({e}); the slower numpy "
+              "fallbacks will serve", file=sys.stderr)
         return []
     exts = []
     for pyx in sorted(glob.glob(os.path.join("zephon", "_ext", "*.pyx"))):

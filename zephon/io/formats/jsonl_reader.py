@@ -18,16 +18,15 @@ from __future__ import annotations
 import json
 import mmap
 import os
-import re
 
 import numpy as np
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from zephon._ext import kernel
 from zephon.block import NotColumnar
+from zephon.io.formats import records
 from zephon.io.formats.bad_records import BadRecordError
 from zephon.io.formats.jsonl_lines import compression_of
 from zephon.io.formats.reader_checks import check_row_count, check_rows
@@ -45,7 +44,6 @@ from zephon.io.storage.shard_ref import ShardRef
 __all__ = ["JsonlShardReader"]
 
 _BOM = b"\xef\xbb\xbf"
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")  # a number that may not fit 64 bits
 
 
 class JsonlShardReader:
@@ -160,19 +158,15 @@ class JsonlShardReader:
             line = line.lstrip()[len(_BOM):]
         try:
             obj = orjson.loads(line)
-            if _LONG_DIGITS.search(line):  # orjson makes an integer past 64 bits a float
+            if records.LONG_DIGITS.search(line):  # orjson makes an integer past 64 bits a float
                 obj = json.loads(line)
         except orjson.JSONDecodeError as e:
             try:  # the stdlib also takes NaN / Infinity and integers beyond 64 bits
                 obj = json.loads(line)
             except ValueError:
                 raise self._error(_utf8_problem(line) or f"malformed JSON: {e}", row) from None
-            try:  # json takes an escaped lone surrogate ("\\ud800"), which no text encodes
-                json.dumps(obj, ensure_ascii=False).encode("utf-8")
-            except UnicodeEncodeError as u:
-                bad = u.object[u.start:u.end].encode("unicode_escape").decode()
-                raise self._error(f"a string holds the lone surrogate {bad} (escaped in the "
-                                  "JSON text): it is no Unicode text", row) from None
+            if (bad := records.lone_surrogate(obj)) is not None:  # json takes "\\ud800"; UTF-8 not
+                raise self._error(f"a string holds the lone surrogate {bad}: no text", row) from e
         if type(obj) is not dict:
             raise self._error(f"record is not a JSON object (found {type(obj).__name__})", row)
         return obj
@@ -303,11 +297,8 @@ class JsonlShardReader:
         buf, offs = self._gather(uniq)
         try_arrow = self._arrow_losses < 2 or self._arrow_wins >= self._arrow_losses
         table = self._parse_arrow(buf, len(uniq)) if try_arrow else None
-        if table is not None and _beyond_int64(table):
-            # Arrow types integers past int64 double (1.8446744073709552e+19 for
-            # 18446744073709551615, and 5.0 for the 5 beside it): parsed as Python's json
-            # does, they are exact (NotColumnar below: Arrow cannot hold them)
-            table = None
+        if table is not None and records.beyond_int64(table):
+            table = None  # Arrow read ints past int64 as doubles (5 as 5.0): json's are exact
         if table is not None:
             self._arrow_wins += 1
             table = with_sparse(table, self._sparse(table, buf, offs, uniq))
@@ -382,26 +373,6 @@ def _map(path: str) -> tuple[np.ndarray, mmap.mmap | None]:
             return np.empty(0, dtype=np.uint8), None
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         return np.frombuffer(mm, dtype=np.uint8), mm
-
-
-def _beyond_int64(table: pa.Table) -> bool:
-    """Whether a floating-point value of the table (at any depth) lies outside int64's range:
-    where Arrow's reader may have turned an integer it could not hold into a double. Checked
-    per column, no per-record loop; a double that large written as such only costs a parse."""
-    def huge(arr: pa.Array) -> bool:
-        t = arr.type
-        if pa.types.is_floating(t):
-            if not len(arr) or arr.null_count == len(arr):
-                return False
-            mm = pc.min_max(pc.abs(arr))
-            return mm["max"].as_py() is not None and mm["max"].as_py() >= 2.0 ** 63
-        if pa.types.is_struct(t):
-            return any(huge(arr.field(i)) for i in range(t.num_fields))
-        if pa.types.is_list(t) or pa.types.is_large_list(t):
-            return huge(arr.flatten())
-        return False
-
-    return any(huge(chunk) for col in table.columns for chunk in col.chunks)
 
 
 def _has_timestamp(t: pa.DataType) -> bool:

@@ -192,3 +192,26 @@ def test_a_block_of_bad_records_only_leaves_nothing_behind(tmp_path):
         p = Pipeline(ws).batch(2, drop_last=False).options(micro_batch_size=4)
         got = [r.payload["id"] for b in p for r in b.records]
     assert got == [50, 51, 52, 53]
+
+
+def test_a_lone_surrogate_is_a_bad_record_named_and_skippable(tmp_path):
+    """``"a\\ud800b"`` is valid JSON text but no Unicode text: it reached tokenize as a bare
+    UnicodeEncodeError. Now the read names it; skip mode counts it and delivers the rest."""
+    _write(tmp_path / "d" / "a.jsonl", 12, {5: b'{"id": %d, "text": "a\\ud800b"}'})
+
+    def tokenized(ds, **opts):
+        ws = StaticMixtureWorkSource([ds], {ds.name: 1.0}, seed=5, chunk_size=40)
+        return (Pipeline(ws).tokenize(tokenizer_id="__fallback__", field="text")
+                .batch(6, drop_last=False).options(micro_batch_size=8, **opts))
+
+    for opts in (dict(num_workers=0), dict(num_workers=2)):
+        with pytest.raises(DataError, match=r"dataset 'web', shard .*a.jsonl, line 7: .*lone "
+                           r"surrogate \\ud800"):
+            for _ in tokenized(Dataset.from_path("web", tmp_path / "d"), **opts):
+                pass
+        p = tokenized(Dataset.from_path("web", tmp_path / "d", on_bad_record="skip"), **opts)
+        with pytest.warns(RuntimeWarning, match="bad_record"):
+            n = sum(len(b.records) for b in p)
+        assert n == 11
+        losses = p.metrics_snapshot()["losses"]
+        assert losses["by_dataset"]["web"]["bad_record"]["records"] == 1

@@ -106,7 +106,8 @@ class warnings_as_errors:
         self._cm.__exit__(*exc)
 
 
-@pytest.mark.parametrize("how", ["truncate", "empty", "shifted", "backwards", "foreign"])
+@pytest.mark.parametrize("how", ["truncate", "empty", "shifted", "backwards", "foreign",
+                                 "dropped", "same_size_and_mtime"])
 @pytest.mark.parametrize("where", ["local", "decoded", "ranges"])
 def test_a_damaged_line_index_is_rebuilt(where, how, tmp_path, cache_dir):
     if where == "local":
@@ -130,6 +131,15 @@ def test_a_damaged_line_index_is_rebuilt(where, how, tmp_path, cache_dir):
         np.save(path, offsets + 7)
     elif how == "backwards":
         np.save(path, np.concatenate(([0], offsets[1:][::-1])))
+    elif how == "dropped":  # one line start removed: two records read as one bad line
+        np.save(path, np.delete(offsets, 5))
+    elif how == "same_size_and_mtime":  # one line start moved; size and mtime put back
+        st = path.stat()
+        edited = offsets.copy()
+        edited[5] += 1
+        np.save(path, edited)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert path.stat().st_size == st.st_size
     else:  # the index of a shorter file
         np.save(path, offsets[: len(offsets) // 2])
     with pytest.warns(RuntimeWarning, match=rf"dataset 'web', shard .*: cached line index "

@@ -559,3 +559,31 @@ def test_flat_path_matches_the_general_path_on_random_records(tmp_path, monkeypa
         except AssertionError:
             raise AssertionError(f"rows {rows.tolist()} of\n{body.decode()}") from None
     assert taken_count > 60  # the comparison covered the flat path, not only its refusals
+
+
+def test_integers_beyond_int64_are_exact_whatever_the_block_size_workers_or_runner(tmp_path):
+    """Arrow's JSON reader types an integer past int64 double (and the 5 beside it 5.0): values
+    are Python json's, the same for every micro_batch_size, worker count and runner, also
+    through a map_transform."""
+    from zephon import Pipeline
+    from zephon.work import StaticMixtureWorkSource
+
+    lines = [{"n": 5}, {"n": 18446744073709551615}, {"n": 7}, {"n": -(2 ** 70)},
+             {"n": 3, "deep": {"xs": [1, 2 ** 64]}}, {"n": 1e300}]
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    ds = Dataset.from_path("big", tmp_path)
+    assert ds.read_payloads(0, np.arange(6)) == lines
+    runs = [dict(micro_batch_size=m) for m in (1, 2, 1024)]
+    runs += [dict(micro_batch_size=1024, num_workers=2),
+             dict(micro_batch_size=3, num_workers=2, runner="threads")]
+    for opts in runs:
+        for mapped in (False, True):
+            ws = StaticMixtureWorkSource([ds], {"big": 1.0}, seed=1, chunk_size=9)
+            p = Pipeline(ws)
+            if mapped:
+                p = p.map_transform(lambda r: r)
+            p = p.batch(microbatch_size=6, drop_last=False).options(**opts)
+            got = [r.payload for r in next(iter(p)).records]
+            assert sorted(map(json.dumps, got)) == sorted(map(json.dumps, lines)), (opts, mapped)
+            assert all(type(r["n"]) is type(e["n"]) for r, e in
+                       zip(sorted(got, key=json.dumps), sorted(lines, key=json.dumps))), opts

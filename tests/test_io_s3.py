@@ -118,7 +118,7 @@ def test_ranges_mode_reads_jsonl_lines_without_a_copy(s3, bucket, cache_dir):
     assert ds.read_table(1, rows).to_pylist() == [shards[1][i] for i in rows]
     assert ds.read_payloads(0, [0, 29]) == [shards[0][0], shards[0][29]]
     assert not list((cache_dir / "shards").iterdir())  # nothing but line indexes
-    assert len(list((cache_dir / "lineidx").iterdir())) == 2
+    assert len(list((cache_dir / "lineidx").glob("*.npy"))) == 2
 
 
 def test_index_on_s3_means_no_shard_is_touched_at_start(s3, bucket, cache_dir):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import pickle
+import re
 import tarfile
 
 import fsspec
@@ -127,19 +128,27 @@ def test_bad_shards_are_named_with_their_row(tmp_path):
         Dataset.from_path("w", tmp_path)
 
 
-@pytest.mark.parametrize("suffix", [".tar", ".tar.gz"])
-def test_a_tar_cut_at_a_member_boundary_is_refused_naming_it(tmp_path, suffix):
-    """tarfile takes a clean end of file for the end of the archive: a shard without its two
-    end-of-archive blocks (cut between members, then re-compressed or not) is truncated."""
-    good = _tar([(f"k{i:02d}.txt", b"x" * 600) for i in range(20)])  # 1536 bytes a member
-    cut = good[:8 * 1536]  # the first 8 members, whole
-    (tmp_path / f"a{suffix}").write_bytes(gzip.compress(cut) if suffix == ".tar.gz" else cut)
-    with pytest.raises(DataError, match=rf"dataset 'w', shard .*a{suffix}, row 9: the tar "
-                                        r"ends after record 8 without its end-of-archive"):
-        Dataset.from_path("w", tmp_path)
-    # whole, it reads: every member once
-    (tmp_path / f"a{suffix}").write_bytes(gzip.compress(good) if suffix == ".tar.gz" else good)
-    assert Dataset.from_path("w", tmp_path).total() == 20
+def test_a_tar_cut_at_a_member_boundary_is_named_not_read_short(tmp_path):
+    """tarfile takes a clean end of file for the end of the archive: a shard cut between two
+    members (no end-of-archive blocks) must be refused, not read as a shorter shard."""
+    src = tmp_path / "src"
+    src.mkdir()
+    urls = _write(src, shards=1, per=20, gz_last=False)
+    good = open(urls[0], "rb").read()
+    with tarfile.open(urls[0]) as t:
+        bounds = [m.offset for m in t.getmembers()][1:]  # where each later member's header is
+    cut = max(b for b in bounds if b <= 12288)
+    for name, data in (("a.tar", good[:cut]), ("b.tar.gz", gzip.compress(good[:cut]))):
+        root = tmp_path / name.split(".")[0]
+        root.mkdir()
+        (root / name).write_bytes(data)
+        where = re.escape(name)
+        with pytest.raises(DataError, match=rf"dataset 'w', shard .*{where}, row \d+: .*without "
+                           r"the tar's end-of-archive blocks"):
+            Dataset.from_path("w", root).counts()
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "c.tar").write_bytes(good)  # the whole shard still reads
+    assert Dataset.from_path("w", tmp_path / "c").counts().tolist() == [20]
 
 
 def test_dunder_fields_reach_the_records_in_every_format():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -189,3 +191,23 @@ def test_twins_expose_the_same_functions_and_signatures():
         params = list(inspect.signature(getattr(NP, name)).parameters)
         assert list(inspect.signature(getattr(CY, name)).parameters) == params, name
     assert np.array_equal(CY.hash_mix(-1, np.arange(5)), NP.hash_mix(-1, np.arange(5)))
+
+
+def test_ci_fails_when_the_kernels_fell_back_to_numpy_where_they_could_be_built(monkeypatch):
+    """setup.py returns no extensions when it cannot build them, and the numpy twins serve
+    silently: ``python -m zephon._ext --require-compiled`` (run by .ci/run) fails then."""
+    import zephon._ext as ext
+    from zephon._ext.__main__ import main
+
+    monkeypatch.setattr(ext, "build_tools_present", lambda: True)
+    real = ext.compiled
+    assert main(["--require-compiled"]) == (1 if ext.missing_compiled() else 0)
+    monkeypatch.setattr(ext, "compiled", lambda n: None if n == "packing" else real(n))
+    assert ext.missing_compiled() == ["packing"]
+    with pytest.raises(RuntimeError, match="not compiled .*: packing"):
+        ext.require_compiled()
+    assert main(["--require-compiled"]) == 1
+    monkeypatch.setattr(ext, "build_tools_present", lambda: False)
+    ext.require_compiled()  # no tools: the fallback is expected
+    ci = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
+    assert "-m zephon._ext --require-compiled" in ci

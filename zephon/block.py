@@ -113,7 +113,8 @@ class Block:
             raise NotColumnar("payloads are not all dicts")
         try:
             struct = pa.array(payloads)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError) as e:
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError,
+                OverflowError) as e:  # an int past int64: the payloads stay Python's
             raise NotColumnar(str(e)) from e
         if not pa.types.is_struct(struct.type):
             raise NotColumnar(f"payloads became {struct.type}")

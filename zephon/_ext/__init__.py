@@ -52,3 +52,33 @@ def status() -> dict[str, str]:
     here = os.path.dirname(__file__)
     names = sorted(f[:-4] for f in os.listdir(here) if f.endswith(".pyx"))
     return {n: ("cython" if kernel(n) is compiled(n) and compiled(n) else "numpy") for n in names}
+
+
+def build_tools_present() -> bool:
+    """Whether Cython and a C compiler are here (``setup.py`` builds the kernels with them)."""
+    import shutil
+    import sysconfig
+
+    try:
+        importlib.import_module("Cython")
+    except ImportError:
+        return False
+    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
+    return shutil.which(cc) is not None
+
+
+def missing_compiled() -> list[str]:
+    """The kernels (``.pyx`` here) whose compiled module cannot be imported."""
+    here = os.path.dirname(__file__)
+    names = sorted(f[:-4] for f in os.listdir(here) if f.endswith(".pyx"))
+    return [n for n in names if compiled(n) is None]
+
+
+def require_compiled() -> None:
+    """Raise ``RuntimeError`` naming the kernels that silently fell back to numpy although the
+    build tools are present (CI runs ``python -m zephon._ext --require-compiled``)."""
+    missing = missing_compiled()
+    if missing and build_tools_present():
+        raise RuntimeError(f"kernels not compiled although Cython and a C compiler are present: "
+                           f"{', '.join(missing)} (the numpy fallbacks would serve silently; "
+                           "rebuild with `pip install -e .`)")

@@ -12,6 +12,7 @@ node cache keyed by the shard's identity and version, so no process rescans a sh
 from __future__ import annotations
 
 import gzip
+import hashlib
 import os
 import threading
 import warnings
@@ -136,13 +137,28 @@ def scan_file(path: str | os.PathLike, *, dataset: str | None = None,
 
 
 def save_index(path: Path, offsets: np.ndarray) -> None:
-    """Write atomically and durably; a failure to persist (read-only cache, full disk) only
-    costs a rescan."""
+    """Write atomically and durably, with its integrity record (``<name>.sum``: the file's
+    size, mtime and a checksum of the index); a failure to persist (read-only cache, full
+    disk) only costs a rescan."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_durably(path, lambda f: np.save(f, np.ascontiguousarray(offsets, dtype=np.int64)))
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        sum_path(path).unlink(missing_ok=True)  # no record vouches for a half-replaced index
+        write_durably(path, lambda f: np.save(f, offsets))
+        st = os.stat(path)
+        record = f"{st.st_size} {st.st_mtime_ns} {_checksum(offsets)}\n".encode()
+        write_durably(sum_path(path), lambda f: f.write(record))
     except OSError:
         pass
+
+
+def sum_path(path: Path) -> Path:
+    """Where the integrity record of the index at ``path`` is kept."""
+    return path.with_name(path.name + ".sum")
+
+
+def _checksum(offsets: np.ndarray) -> str:
+    return hashlib.sha1(memoryview(np.ascontiguousarray(offsets, dtype=np.int64))).hexdigest()
 
 
 # np.load parses the .npy header with ast.literal_eval, which CPython 3.11.7 cannot run from
@@ -152,16 +168,27 @@ _NPY_LOCK = threading.Lock()
 
 
 def load_index(path: Path) -> tuple[np.ndarray | None, str | None]:
-    """(offsets, None), or (None, why it cannot be used); (None, None) when there is none."""
+    """(offsets, None), or (None, why it cannot be used); (None, None) when there is none.
+    An index is believed only when its integrity record (``save_index``) matches it: an
+    edited, truncated or replaced index is rebuilt instead of blaming the data."""
     try:
         with _NPY_LOCK:
             offsets = np.load(path, mmap_mode="r", allow_pickle=False)
+        st = os.stat(path)
     except FileNotFoundError:
         return None, None
     except (ValueError, OSError, EOFError) as e:
         return None, f"cannot be read ({e})"
     if offsets.dtype != np.int64 or offsets.ndim != 1 or len(offsets) == 0:
         return None, f"is not a line index (dtype {offsets.dtype}, shape {offsets.shape})"
+    try:
+        record = sum_path(path).read_text().split()
+    except (OSError, UnicodeDecodeError):
+        record = []
+    if len(record) != 3:
+        return None, "has no integrity record"
+    if record[:2] != [str(st.st_size), str(st.st_mtime_ns)] or record[2] != _checksum(offsets):
+        return None, "does not match its integrity record (size, mtime, checksum): altered"
     return offsets, None
 
 
@@ -192,6 +219,7 @@ def load_or_build(index_path: Path | None, build: Callable[[], np.ndarray], *,
             warnings.warn(f"{label or 'JSONL shard'}: cached line index {index_path} {problem}; "
                           "rebuilding it", RuntimeWarning, stacklevel=3)
             index_path.unlink(missing_ok=True)
+            sum_path(index_path).unlink(missing_ok=True)
     offsets = build()
     if index_path is not None:
         save_index(index_path, offsets)

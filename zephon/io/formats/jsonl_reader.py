@@ -18,8 +18,6 @@ from __future__ import annotations
 import json
 import mmap
 import os
-import re
-from typing import Any
 
 import numpy as np
 import orjson
@@ -28,6 +26,7 @@ import pyarrow.json as pj
 
 from zephon._ext import kernel
 from zephon.block import NotColumnar
+from zephon.io.formats import records
 from zephon.io.formats.bad_records import BadRecordError
 from zephon.io.formats.jsonl_lines import compression_of
 from zephon.io.formats.reader_checks import check_row_count, check_rows
@@ -159,16 +158,15 @@ class JsonlShardReader:
             line = line.lstrip()[len(_BOM):]
         try:
             obj = orjson.loads(line)
+            if records.LONG_DIGITS.search(line):  # orjson makes an integer past 64 bits a float
+                obj = json.loads(line)
         except orjson.JSONDecodeError as e:
             try:  # the stdlib also takes NaN / Infinity and integers beyond 64 bits
                 obj = json.loads(line)
             except ValueError:
                 raise self._error(_utf8_problem(line) or f"malformed JSON: {e}", row) from None
-            if _SURROGATE_ESCAPE.search(line) and _lone_surrogate(obj):
-                # the stdlib also takes "\ud800" alone, which no text encoding can hold: a
-                # tokenizer (or any UTF-8 writer) would fail on it far from this line
-                raise self._error("a lone UTF-16 surrogate escape (\\ud800-\\udfff not part "
-                                  "of a pair): not valid Unicode text", row) from None
+            if (bad := records.lone_surrogate(obj)) is not None:  # json takes "\\ud800"; UTF-8 not
+                raise self._error(f"a string holds the lone surrogate {bad}: no text", row) from e
         if type(obj) is not dict:
             raise self._error(f"record is not a JSON object (found {type(obj).__name__})", row)
         return obj
@@ -299,6 +297,8 @@ class JsonlShardReader:
         buf, offs = self._gather(uniq)
         try_arrow = self._arrow_losses < 2 or self._arrow_wins >= self._arrow_losses
         table = self._parse_arrow(buf, len(uniq)) if try_arrow else None
+        if table is not None and records.beyond_int64(table):
+            table = None  # Arrow read ints past int64 as doubles (5 as 5.0): json's are exact
         if table is not None:
             self._arrow_wins += 1
             table = with_sparse(table, self._sparse(table, buf, offs, uniq))
@@ -318,18 +318,6 @@ class JsonlShardReader:
         buf, offs = self._gather(rows)
         self._release(rows)  # the lines were copied out (``_gather``)
         return self._parse_python(buf, offs, rows)
-
-
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-
-
-def _lone_surrogate(obj: Any) -> bool:
-    """Whether a decoded value holds a string no encoding can write (a lone surrogate)."""
-    try:
-        json.dumps(obj, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 RELEASE_BYTES = 1 << 20  # parsed bytes of a shard between two releases of its mapped pages

@@ -22,6 +22,7 @@ was filled in.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,9 +37,11 @@ from zephon.payload_values import mark_from_payloads
 __all__ = [
     "SPARSE_KEY",
     "arrow_member_counts",
+    "beyond_int64",
     "flat_record_table",
     "has_nested_objects",
     "has_nulls",
+    "lone_surrogate",
     "payloads_from_table",
     "sparse_columns",
     "table_from_dicts",
@@ -46,6 +49,7 @@ __all__ = [
 ]
 
 SPARSE_KEY = b"zephon.sparse"
+LONG_DIGITS = re.compile(rb"[0-9]{19}")  # a JSON number that may not fit 64 bits
 
 
 def with_sparse(table: pa.Table, columns: Sequence[str]) -> pa.Table:
@@ -278,3 +282,35 @@ def table_from_dicts(payloads: Sequence[Any]) -> pa.Table:
         if (arrow_member_counts(table) - python - absent_top).any():
             raise NotColumnar("nested objects differ in their keys; Arrow would add nulls")
     return with_sparse(table, sparse)
+
+
+def beyond_int64(table: pa.Table) -> bool:
+    """Whether a floating-point value of the table (at any depth) lies outside int64's range:
+    where Arrow's reader may have turned an integer it could not hold into a double. Checked
+    per column, no per-record loop; a double that large written as such only costs a parse."""
+    def huge(arr: pa.Array) -> bool:
+        t = arr.type
+        if pa.types.is_floating(t):
+            if not len(arr) or arr.null_count == len(arr):
+                return False
+            mm = pc.min_max(pc.abs(arr))
+            return mm["max"].as_py() is not None and mm["max"].as_py() >= 2.0 ** 63
+        if pa.types.is_struct(t):
+            return any(huge(arr.field(i)) for i in range(t.num_fields))
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            return huge(arr.flatten())
+        return False
+
+    return any(huge(chunk) for col in table.columns for chunk in col.chunks)
+
+
+def lone_surrogate(obj: Any) -> str | None:
+    """The first lone surrogate (escaped, ``\\ud800``) in the strings of a parsed record, or
+    None: Python's json takes them, but no text encodes them (UTF-8 refuses)."""
+    import json
+
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as e:
+        return e.object[e.start:e.end].encode("unicode_escape").decode()
+    return None

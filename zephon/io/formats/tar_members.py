@@ -66,9 +66,6 @@ class MemberIndex:
         return cls(*cols, names[:f], names[f:])
 
 
-END_OF_ARCHIVE = 1024  # the two zero blocks of 512 bytes that end every tar (POSIX.1-1988)
-
-
 def scan_members(path: str, *, dataset: str, shard: str) -> MemberIndex:
     """Read the headers of a tar file (seeking over the data)."""
     offsets, sizes, record_of, field_of = [], [], [], []
@@ -105,16 +102,17 @@ def scan_members(path: str, *, dataset: str, shard: str) -> MemberIndex:
                 record_of.append(len(keys) - 1)
                 field_of.append(fields.setdefault(ext, len(fields)))
             end = tar.offset  # past the last member tarfile took; what follows must be padding
-        if size - end < END_OF_ARCHIVE:
-            # tarfile takes a clean end of file for the end of the archive: a shard cut at a
-            # member boundary reads as a shorter one unless its closing blocks are asked for
-            raise DataError(f"the tar ends after record {len(keys)} without its end-of-archive "
-                            f"blocks ({size - end} of {END_OF_ARCHIVE} bytes): truncated at a "
-                            "member boundary?", dataset=dataset, shard=shard, row=len(keys) + 1)
         if end < size and _has_data(path, end, size):
             raise DataError(f"{size - end} bytes after record {len(keys)} are no complete tar "
                             "member (truncated or corrupt tar?)", dataset=dataset, shard=shard,
                             row=len(keys) + 1)
+        if size - end < tarfile.BLOCKSIZE:
+            # tarfile takes a clean end of file for the end of the archive: a shard cut at a
+            # member boundary would read as a shorter one. Every tar writer ends the archive
+            # with zero blocks; without them, members after ``end`` may be lost.
+            raise DataError(f"the file ends after record {len(keys)} ({size} bytes) without "
+                            "the tar's end-of-archive blocks (truncated tar?)",
+                            dataset=dataset, shard=shard, row=len(keys) + 1)
     except tarfile.TarError as e:
         raise DataError(f"not a readable tar file after {len(keys)} record(s): {e}",
                         dataset=dataset, shard=shard, row=len(keys) + 1) from e

@@ -6,7 +6,8 @@ Layout under the cache root::
     shards/<key>-<name>.part-* entries being written (never read; removed when stale)
     checks/<key>.json          an entry's check record: its size and mtime when written, and
                                what its producer verified against the store
-    lineidx/<key>.npy          JSONL line-start offsets (see formats/jsonl_lines.py)
+    lineidx/<key>.npy          JSONL line-start offsets (see formats/jsonl_lines.py); .npy.sum
+                               its integrity record (size, mtime, checksum)
     locks/<key>.lock           one lock per entry; locks/.evict.lock for eviction
 
 Concurrency: the process that takes an entry's file lock produces it into a ``.part`` file and
@@ -235,6 +236,7 @@ class ShardCache:
         path.unlink(missing_ok=True)
         self.record_path(key).unlink(missing_ok=True)
         (self.lineidx / f"{key}.npy").unlink(missing_ok=True)
+        (self.lineidx / f"{key}.npy.sum").unlink(missing_ok=True)
         with self._mutex:
             self.stats["corrupt"] += 1
             self._produced.discard(key)  # producing it again is repair, not thrashing
@@ -321,6 +323,7 @@ class ShardCache:
                 path.unlink(missing_ok=True)
                 self.record_path(key).unlink(missing_ok=True)
                 (self.lineidx / f"{key}.npy").unlink(missing_ok=True)
+                (self.lineidx / f"{key}.npy.sum").unlink(missing_ok=True)
                 total -= size
                 with self._mutex:
                     self.stats["evictions"] += 1
